@@ -1,0 +1,9 @@
+module github.com/goverlay/goverlay
+
+go 1.26.8
+
+require (
+	github.com/hanwen/go-fuse/v2 v2.12.1
+	github.com/pkg/xattr v0.4.12
+	golang.org/x/sys v0.50.0
+)

@@ -1,0 +1,67 @@
+package overlay
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/lower"
+)
+
+var _ = (fs.NodeLookuper)((*node)(nil))
+
+// Lookup resolves name across the layers (lower.Chain.Lookup).
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if lower.IsWhiteoutName(name) {
+		// The AUFS format's names are never part of the merged view.
+		return nil, syscall.ENOENT
+	}
+	if len(name) > unix.NAME_MAX {
+		return nil, syscall.ENAMETOOLONG
+	}
+	n.mu.Lock()
+	chain := n.chain
+	n.mu.Unlock()
+	e, err := chain.Lookup(name)
+	if err != nil {
+		return nil, errno(err)
+	}
+	child := n.newChild(ctx, name, e)
+	child.Operations().(*node).fillAttr(&e.Stat, &out.Attr)
+	return child, 0
+}
+
+var _ = (fs.NodeGetattrer)((*node)(nil))
+
+// Getattr reports the topmost instance's attributes.
+func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	var st unix.Stat_t
+	if err := n.stat(&st); err != nil {
+		return errno(err)
+	}
+	n.fillAttr(&st, &out.Attr)
+	return 0
+}
+
+var _ = (fs.NodeStatfser)((*node)(nil))
+
+// Statfs reports the upper layer's filesystem, or the top lower's on a
+// read-only mount (Linux: ovl_statfs()).
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(n.ofs.layers[0].Root().FD(), &st); err != nil {
+		return errno(err)
+	}
+	out.Blocks = st.Blocks
+	out.Bfree = st.Bfree
+	out.Bavail = st.Bavail
+	out.Files = st.Files
+	out.Ffree = st.Ffree
+	out.Bsize = uint32(st.Bsize)
+	out.Frsize = uint32(st.Frsize)
+	out.NameLen = uint32(st.Namelen)
+	return 0
+}

@@ -1,0 +1,151 @@
+package overlay
+
+import (
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/goverlay/goverlay/lower"
+)
+
+// Options configure one overlay mount. Paths are absolute and have been
+// validated by the caller (cmd/goverlay): they exist, are directories and do
+// not nest in one another or in the mountpoint.
+type Options struct {
+	// Lower are the read-only layers, topmost first.
+	Lower []string
+	// Upper and Work are the writable layer and its scratch directory, on
+	// one filesystem. Both empty makes a read-only mount.
+	Upper, Work string
+
+	// UserXattr selects the "user.overlay." xattr namespace for what the
+	// overlay writes (Linux: -o userxattr).
+	UserXattr bool
+
+	// FsName is the mount's source as /proc/mounts shows it.
+	FsName string
+	// AllowOther lets users other than the mounter in; it is only
+	// useful together with DefaultPermissions, which makes the kernel
+	// check modes and ACLs the way it does on a local filesystem.
+	AllowOther bool
+	// KernelOptions are mount flags passed through to the kernel as they
+	// are: nosuid, nodev, noexec, noatime, ...
+	KernelOptions []string
+
+	// Debug logs every FUSE request.
+	Debug bool
+	// Logger receives warnings and decisions; nil means the standard
+	// logger.
+	Logger *log.Logger
+}
+
+// FS is an overlay ready to be mounted.
+type FS struct {
+	opts   Options
+	layers []*lower.Layer // topmost first; layers[0] is the upper when there is one
+	upper  *lower.Layer
+	ino    *inoMap
+	log    *log.Logger
+}
+
+// New opens the layers described by o. Nothing is mounted yet.
+func New(o Options) (*FS, error) {
+	if len(o.Lower) == 0 {
+		return nil, fmt.Errorf("no lower layer")
+	}
+	if (o.Upper == "") != (o.Work == "") {
+		return nil, fmt.Errorf("upperdir and workdir go together")
+	}
+	f := &FS{opts: o, log: o.Logger}
+	if f.log == nil {
+		f.log = log.New(os.Stderr, "goverlay: ", 0)
+	}
+	paths := o.Lower
+	if o.Upper != "" {
+		paths = append([]string{o.Upper}, o.Lower...)
+	}
+	for i, p := range paths {
+		l, err := lower.OpenLayer(p, i, o.Upper != "" && i == 0)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		f.layers = append(f.layers, l)
+	}
+	if o.Upper != "" {
+		f.upper = f.layers[0]
+	}
+	f.ino = newInoMap(f.layers)
+	return f, nil
+}
+
+// Close releases the layers. It is called after the mount is gone.
+func (f *FS) Close() {
+	for _, l := range f.layers {
+		l.Close()
+	}
+}
+
+// ReadOnly reports whether the mount has no upper layer.
+func (f *FS) ReadOnly() bool { return f.upper == nil }
+
+// Mount mounts the overlay on mountpoint and starts serving it. It returns
+// once the kernel has accepted the mount (fuse.Server.WaitMount).
+func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
+	root := f.newRoot()
+	opts := f.fsOptions()
+	raw := fs.NewNodeFS(root, opts)
+	srv, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
+	if err != nil {
+		return nil, err
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		srv.Unmount()
+		return nil, err
+	}
+	return srv, nil
+}
+
+// fsOptions sets every go-fuse option, each with its reason.
+func (f *FS) fsOptions() *fs.Options {
+	entry, attr, negative := cacheTimeout, cacheTimeout, cacheTimeout
+	o := &fs.Options{
+		EntryTimeout:    &entry,
+		AttrTimeout:     &attr,
+		NegativeTimeout: &negative,
+		// Modes are the layers' own; 0000 files stay 0000.
+		NullPermissions: true,
+		Logger:          f.log,
+		RootStableAttr:  &fs.StableAttr{Ino: f.rootIno()},
+	}
+	mo := &o.MountOptions
+	mo.FsName = f.opts.FsName
+	// /proc/mounts shows fuse.goverlay, which mount(8) maps back to us.
+	mo.Name = "goverlay"
+	mo.Debug = f.opts.Debug
+	mo.AllowOther = f.opts.AllowOther
+	// The kernel checks permissions against the modes we report, as it
+	// does for a local filesystem; we never check them ourselves.
+	mo.Options = append(mo.Options, "default_permissions")
+	if f.ReadOnly() {
+		// No upper layer: the kernel refuses writes with EROFS.
+		mo.Options = append(mo.Options, "ro")
+	}
+	mo.Options = append(mo.Options, f.opts.KernelOptions...)
+	// Mount with mount(2) when we may, fusermount3 otherwise.
+	mo.DirectMount = true
+	// Ask for readdirplus only when it pays: the kernel decides per
+	// directory (READDIRPLUS_AUTO is go-fuse's default).
+	mo.MaxReadAhead = 128 << 10
+	return o
+}
+
+// cacheTimeout is how long the kernel may keep names and attributes. The
+// lower layers are read-only by contract and the upper changes only through
+// this mount, which answers each change itself.
+const cacheTimeout = time.Second

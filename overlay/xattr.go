@@ -1,0 +1,73 @@
+package overlay
+
+import (
+	"context"
+	"strings"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/goverlay/goverlay/lower"
+)
+
+// xattrTarget names the directory and entry that hold n's attributes: a
+// directory's topmost instance itself (name ""), or a non-directory by name
+// in the directory that holds it.
+func (n *node) xattrTarget() (lower.Member, string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.chain != nil {
+		return n.chain[0], ""
+	}
+	return n.parent, n.name
+}
+
+var _ = (fs.NodeGetxattrer)((*node)(nil))
+
+// Getxattr reads an attribute of the topmost instance. The overlay's own
+// attributes do not exist as far as the mount is concerned.
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if lower.IsPrivateXattr(attr) {
+		return 0, syscall.ENODATA
+	}
+	d, name := n.xattrTarget()
+	v, err := d.Getxattr(name, attr)
+	if err != nil {
+		return 0, errno(err)
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+var _ = (fs.NodeListxattrer)((*node)(nil))
+
+// Listxattr lists the topmost instance's attributes, without the overlay's
+// own, and without trusted.* for callers other than root (Linux:
+// fs/overlayfs/xattrs.c ovl_can_list(); FUSE does not tell us the caller's
+// capabilities, so uid 0 stands for CAP_SYS_ADMIN).
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	d, name := n.xattrTarget()
+	names, err := d.Listxattr(name)
+	if err != nil {
+		return 0, errno(err)
+	}
+	root := true
+	if c, ok := fuse.FromContext(ctx); ok {
+		root = c.Uid == 0
+	}
+	var b strings.Builder
+	for _, a := range names {
+		if lower.IsPrivateXattr(a) || (!root && strings.HasPrefix(a, "trusted.")) {
+			continue
+		}
+		b.WriteString(a)
+		b.WriteByte(0)
+	}
+	if len(dest) < b.Len() {
+		return uint32(b.Len()), syscall.ERANGE
+	}
+	return uint32(copy(dest, b.String())), 0
+}
