@@ -123,10 +123,10 @@ func (d *Dir) Readlink(name string) ([]byte, error) {
 	}
 }
 
-// procPath names entry name of d through /proc/self/fd, for the l*xattr
+// ProcPath names entry name of d through /proc/self/fd, for the l*xattr
 // calls that have no *at form before Linux 6.13. The path has exactly one
 // component after the fd, and the l* calls do not follow it.
-func (d *Dir) procPath(name string) string {
+func (d *Dir) ProcPath(name string) string {
 	p := "/proc/self/fd/" + strconv.Itoa(d.FD())
 	if name != "" {
 		p += "/" + name

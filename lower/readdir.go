@@ -27,15 +27,12 @@ func (c Chain) ReadDir() ([]DirEntry, error) {
 	var out []DirEntry
 	seen := make(map[string]struct{})
 	for _, m := range c {
-		ents, err := m.readAll()
+		ents, err := m.ReadDirRaw()
 		if err != nil {
 			return nil, err
 		}
 		var hidden []string
 		for _, de := range ents {
-			if de.Name == "." || de.Name == ".." {
-				continue
-			}
 			if IsWhiteoutName(de.Name) {
 				if de.Name != OpaqueMarker {
 					hidden = append(hidden, de.Name[len(WhiteoutPrefix):])
@@ -68,8 +65,9 @@ func (c Chain) ReadDir() ([]DirEntry, error) {
 	return out, nil
 }
 
-// readAll reads every raw entry of the directory d.
-func (d *Dir) readAll() ([]DirEntry, error) {
+// ReadDirRaw reads the entries of the directory d as they are on disk,
+// whiteouts included, "." and ".." left out.
+func (d *Dir) ReadDirRaw() ([]DirEntry, error) {
 	fd, err := unix.Openat(d.FD(), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -108,6 +106,9 @@ func parseDirents(buf []byte, l *Layer, out []DirEntry) []DirEntry {
 				name = name[:i]
 				break
 			}
+		}
+		if string(name) == "." || string(name) == ".." {
+			continue
 		}
 		out = append(out, DirEntry{
 			Name:  string(name),

@@ -9,18 +9,18 @@ import (
 func (d *Dir) Getxattr(name, attr string) ([]byte, error) {
 	if name == "" {
 		// /proc/self/fd/N is a magic link: follow it to the directory.
-		return xattr.Get(d.procPath(""), attr)
+		return xattr.Get(d.ProcPath(""), attr)
 	}
-	return xattr.LGet(d.procPath(name), attr)
+	return xattr.LGet(d.ProcPath(name), attr)
 }
 
 // Listxattr lists the attribute names of entry name in d, or of d itself
 // when name is "".
 func (d *Dir) Listxattr(name string) ([]string, error) {
 	if name == "" {
-		return xattr.List(d.procPath(""))
+		return xattr.List(d.ProcPath(""))
 	}
-	return xattr.LList(d.procPath(name))
+	return xattr.LList(d.ProcPath(name))
 }
 
 // isOpaque reports how the directory d marks itself: opaque (nothing below

@@ -11,31 +11,35 @@ import (
 
 var _ = (fs.NodeOpener)((*node)(nil))
 
-// Open opens the topmost instance of a regular file for reading.
+// Open opens a regular file. Opening for writing copies the file up first
+// (without its data when O_TRUNC will discard it); a read-only open never
+// does.
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	if n.isDir() {
 		return nil, 0, syscall.EISDIR
 	}
-	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND) != 0 {
-		// Writing needs a copy-up into the upper layer.
-		return nil, 0, syscall.EROFS
+	write := flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC) != 0
+	if write {
+		if err := n.copyUp(ctx, flags&syscall.O_TRUNC == 0); err != nil {
+			return nil, 0, errno(err)
+		}
 	}
-	// Flags that only make sense at the mount, or that we handle, are
-	// not passed on: O_CREAT/O_EXCL (the kernel resolved those), O_NOCTTY.
-	keep := int(flags) & (unix.O_DIRECT | unix.O_NOATIME | unix.O_SYNC | unix.O_DSYNC)
-	n.mu.Lock()
-	parent, name := n.parent, n.name
-	n.mu.Unlock()
-	fd, err := parent.Open(name, unix.O_RDONLY|keep)
-	if err == unix.EPERM && keep&unix.O_NOATIME != 0 {
-		fd, err = parent.Open(name, unix.O_RDONLY|keep&^unix.O_NOATIME)
+	par, name := n.location()
+	bflags := backingFlags(flags)
+	if write && flags&syscall.O_TRUNC != 0 {
+		bflags |= unix.O_TRUNC
+	}
+	fd, err := par.Open(name, bflags)
+	if err == unix.EPERM && bflags&unix.O_NOATIME != 0 {
+		// O_NOATIME is for the file's owner; the daemon may not be.
+		fd, err = par.Open(name, bflags&^unix.O_NOATIME)
 	}
 	if err != nil {
 		return nil, 0, errno(err)
 	}
-	// Lower files never change while mounted: the kernel may keep their
-	// pages across opens.
-	return fs.NewLoopbackFile(fd), fuse.FOPEN_KEEP_CACHE, 0
+	// The layers change only through this mount, which keeps the page
+	// cache right itself: the kernel may keep a file's pages across opens.
+	return newHandle(n, fd, par.Layer.Upper), fuse.FOPEN_KEEP_CACHE, 0
 }
 
 var _ = (fs.NodeReadlinker)((*node)(nil))

@@ -10,6 +10,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/goverlay/goverlay/lower"
+	"github.com/goverlay/goverlay/upper"
 )
 
 // Options configure one overlay mount. Paths are absolute and have been
@@ -25,6 +26,9 @@ type Options struct {
 	// UserXattr selects the "user.overlay." xattr namespace for what the
 	// overlay writes (Linux: -o userxattr).
 	UserXattr bool
+	// NoFsync skips the fsync of a copy-up before it is published
+	// (-o fsync=0, volatile).
+	NoFsync bool
 
 	// FsName is the mount's source as /proc/mounts shows it.
 	FsName string
@@ -47,9 +51,10 @@ type Options struct {
 type FS struct {
 	opts   Options
 	layers []*lower.Layer // topmost first; layers[0] is the upper when there is one
-	upper  *lower.Layer
+	upper  *upper.Layer   // nil on a read-only mount
 	ino    *inoMap
 	log    *log.Logger
+	stats  stats
 }
 
 // New opens the layers described by o. Nothing is mounted yet.
@@ -77,7 +82,19 @@ func New(o Options) (*FS, error) {
 		f.layers = append(f.layers, l)
 	}
 	if o.Upper != "" {
-		f.upper = f.layers[0]
+		prefix := lower.TrustedPrefix
+		if o.UserXattr {
+			prefix = lower.UserPrefix
+		}
+		u, err := upper.Open(f.layers[0], o.Work, upper.Options{XattrPrefix: prefix, NoFsync: o.NoFsync})
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		f.upper = u
+		if u.Whiteouts != upper.KernelWhiteouts {
+			f.log.Printf("upper %s refuses char 0/0 whiteouts: deletions are written as .wh. files", o.Upper)
+		}
 	}
 	f.ino = newInoMap(f.layers)
 	return f, nil
@@ -85,6 +102,9 @@ func New(o Options) (*FS, error) {
 
 // Close releases the layers. It is called after the mount is gone.
 func (f *FS) Close() {
+	if f.upper != nil {
+		f.upper.Close()
+	}
 	for _, l := range f.layers {
 		l.Close()
 	}
@@ -139,9 +159,13 @@ func (f *FS) fsOptions() *fs.Options {
 	mo.Options = append(mo.Options, f.opts.KernelOptions...)
 	// Mount with mount(2) when we may, fusermount3 otherwise.
 	mo.DirectMount = true
-	// Ask for readdirplus only when it pays: the kernel decides per
-	// directory (READDIRPLUS_AUTO is go-fuse's default).
-	mo.MaxReadAhead = 128 << 10
+	// O_TRUNC reaches OPEN, so that a truncating open copies a lower
+	// file up without its data instead of copying it and truncating.
+	mo.ExtraCapabilities |= fuse.CAP_ATOMIC_O_TRUNC
+	// Passthrough stays off until privilege removal owns it (go-fuse
+	// keeps one backing file per node: a file opened before its copy-up
+	// would keep the lower file as backing for later writers).
+	mo.DisabledCapabilities |= fuse.CAP_PASSTHROUGH
 	return o
 }
 

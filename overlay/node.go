@@ -2,6 +2,8 @@ package overlay
 
 import (
 	"context"
+	"fmt"
+	"hash/fnv"
 	"runtime"
 	"sync"
 	"syscall"
@@ -23,6 +25,10 @@ type node struct {
 	fs.Inode
 	ofs *FS
 
+	// copyMu serialises the copy-up of this node.
+	copyMu sync.Mutex
+
+	// mu guards the fields below, which a copy-up or a rename changes.
 	mu sync.Mutex
 	// chain is the merged directory, topmost first; nil for non-directories.
 	chain lower.Chain
@@ -37,7 +43,8 @@ func (f *FS) newRoot() *node {
 
 func (f *FS) rootIno() uint64 {
 	var st unix.Stat_t
-	if err := f.layers[0].Root().StatSelf(&st); err != nil {
+	// Like any directory, the root is numbered after its bottom instance.
+	if err := f.layers[len(f.layers)-1].Root().StatSelf(&st); err != nil {
 		return 1
 	}
 	return f.ino.ino(st.Dev, st.Ino)
@@ -45,10 +52,7 @@ func (f *FS) rootIno() uint64 {
 
 // newChild makes the node for entry e, found in n under name.
 func (n *node) newChild(ctx context.Context, name string, e *lower.Entry) *fs.Inode {
-	sa := fs.StableAttr{
-		Mode: e.Stat.Mode & unix.S_IFMT,
-		Ino:  n.ofs.ino.ino(e.Stat.Dev, e.Stat.Ino),
-	}
+	sa := n.ofs.stableAttr(e, name, n)
 	if old := n.GetChild(name); old != nil && old.StableAttr() == sa {
 		// Already known: keep the node (and its fds) the kernel has.
 		e.Chain.Close()
@@ -79,6 +83,45 @@ func (n *node) OnForget() {
 	if n.chain != nil && !n.IsRoot() {
 		n.chain.Close()
 	}
+}
+
+// stableAttr is the identity of the node for entry e, found in p under
+// name.
+//
+// A directory takes its inode number from its bottom instance, which a
+// copy-up (it adds an instance on top) does not change. A non-directory
+// takes its topmost instance's, or for a copied-up file the number
+// recorded at its copy-up (upper.InoXattr).
+//
+// Lower hard links share an inode number but must not share a FUSE inode:
+// a write through one name copies that name up and must not show under the
+// others (fuse-overlayfs shows it). Gen tells them apart by name.
+func (f *FS) stableAttr(e *lower.Entry, name string, p *node) fs.StableAttr {
+	st := &e.Stat
+	sa := fs.StableAttr{Mode: st.Mode & unix.S_IFMT}
+	switch {
+	case e.IsDir():
+		bottom := e.Chain[len(e.Chain)-1]
+		var bst unix.Stat_t
+		if bottom.StatSelf(&bst) == nil {
+			st = &bst
+		}
+		sa.Ino = f.ino.ino(st.Dev, st.Ino)
+	case e.Parent.Layer.Upper:
+		if ino, ok := f.upperIno(e.Parent.Dir, name); ok {
+			sa.Ino = ino
+		} else {
+			sa.Ino = f.ino.ino(st.Dev, st.Ino)
+		}
+	default:
+		sa.Ino = f.ino.ino(st.Dev, st.Ino)
+		if st.Nlink > 1 {
+			h := fnv.New64a()
+			fmt.Fprintf(h, "%d/%s", p.StableAttr().Ino, name)
+			sa.Gen = h.Sum64() | 1
+		}
+	}
+	return sa
 }
 
 // isDir reports whether n is a directory.

@@ -1,0 +1,172 @@
+package overlay
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/pkg/xattr"
+	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/lower"
+)
+
+// toUpper copies n up and returns where it is in the upper layer: a
+// directory's own instance (name ""), or a non-directory's directory and
+// name. data says whether a regular file's contents are needed.
+func (n *node) toUpper(ctx context.Context, data bool) (*lower.Dir, string, error) {
+	if n.isDir() {
+		d, err := n.upperDir(ctx)
+		return d, "", err
+	}
+	if err := n.copyUp(ctx, data); err != nil {
+		return nil, "", err
+	}
+	par, name := n.location()
+	return par.Dir, name, nil
+}
+
+var _ = (fs.NodeSetattrer)((*node)(nil))
+
+// Setattr changes mode, owner, size or times, after a copy-up (which skips
+// the data when the file is truncated to 0).
+func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	size, hasSize := in.GetSize()
+	d, name, err := n.toUpper(ctx, !hasSize || size > 0)
+	if err != nil {
+		return errno(err)
+	}
+	if m, ok := in.GetMode(); ok {
+		if err := chmodAt(d, name, m&07777); err != nil {
+			return errno(err)
+		}
+	}
+	uid, uok := in.GetUID()
+	gid, gok := in.GetGID()
+	if uok || gok {
+		u, g := -1, -1
+		if uok {
+			u = int(uid)
+		}
+		if gok {
+			g = int(gid)
+		}
+		if err := unix.Fchownat(d.FD(), nameOrDot(name), u, g, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return errno(err)
+		}
+	}
+	if hasSize {
+		if err := n.truncate(f, d, name, size); err != nil {
+			return errno(err)
+		}
+	}
+	if err := setTimes(d, name, in); err != nil {
+		return errno(err)
+	}
+	var st unix.Stat_t
+	if err := n.stat(&st); err != nil {
+		return errno(err)
+	}
+	n.fillAttr(&st, &out.Attr)
+	return 0
+}
+
+// nameOrDot makes "" (the directory itself) usable as an *at path.
+func nameOrDot(name string) string {
+	if name == "" {
+		return "."
+	}
+	return name
+}
+
+func chmodAt(d *lower.Dir, name string, mode uint32) error {
+	return unix.Fchmodat(d.FD(), nameOrDot(name), mode, 0)
+}
+
+// truncate sets a regular file's size, through the caller's handle when it
+// has one (ftruncate), else by opening the upper file.
+func (n *node) truncate(f fs.FileHandle, d *lower.Dir, name string, size uint64) error {
+	if h, ok := f.(*handle); ok {
+		return h.truncate(size)
+	}
+	if name == "" {
+		return syscall.EISDIR
+	}
+	fd, err := d.Open(name, unix.O_WRONLY)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Ftruncate(fd, int64(size))
+}
+
+// setTimes applies atime/mtime changes, "now" included.
+func setTimes(d *lower.Dir, name string, in *fuse.SetAttrIn) error {
+	omit := unix.Timespec{Nsec: unix.UTIME_OMIT}
+	ts := []unix.Timespec{omit, omit}
+	set := false
+	if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
+		ts[0], set = unix.Timespec{Nsec: unix.UTIME_NOW}, true
+	} else if a, ok := in.GetATime(); ok {
+		ts[0], set = unix.NsecToTimespec(a.UnixNano()), true
+	}
+	if in.Valid&fuse.FATTR_MTIME_NOW != 0 {
+		ts[1], set = unix.Timespec{Nsec: unix.UTIME_NOW}, true
+	} else if m, ok := in.GetMTime(); ok {
+		ts[1], set = unix.NsecToTimespec(m.UnixNano()), true
+	}
+	if !set {
+		return nil
+	}
+	return unix.UtimesNanoAt(d.FD(), nameOrDot(name), ts, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+var _ = (fs.NodeSetxattrer)((*node)(nil))
+
+// Setxattr sets an attribute after a copy-up. The overlay's own attributes
+// cannot be set through the mount.
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if lower.IsPrivateXattr(attr) {
+		return syscall.EPERM
+	}
+	d, name, err := n.toUpper(ctx, true)
+	if err != nil {
+		return errno(err)
+	}
+	return errno(xattrPath(d, name, func(p string, follow bool) error {
+		if follow {
+			return xattr.SetWithFlags(p, attr, data, int(flags))
+		}
+		return xattr.LSetWithFlags(p, attr, data, int(flags))
+	}))
+}
+
+var _ = (fs.NodeRemovexattrer)((*node)(nil))
+
+// Removexattr removes an attribute after a copy-up.
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if lower.IsPrivateXattr(attr) {
+		return syscall.EPERM
+	}
+	// Do not copy up for an attribute that is not there.
+	if _, errno := n.Getxattr(ctx, attr, nil); errno != 0 && errno != syscall.ERANGE {
+		return errno
+	}
+	d, name, err := n.toUpper(ctx, true)
+	if err != nil {
+		return errno(err)
+	}
+	return errno(xattrPath(d, name, func(p string, follow bool) error {
+		if follow {
+			return xattr.Remove(p, attr)
+		}
+		return xattr.LRemove(p, attr)
+	}))
+}
+
+// xattrPath calls op with the /proc path of entry name in d, or of d itself
+// (followed: it is a magic link to the directory).
+func xattrPath(d *lower.Dir, name string, op func(path string, follow bool) error) error {
+	return op(d.ProcPath(name), name == "")
+}

@@ -1,0 +1,134 @@
+package overlay
+
+import (
+	"context"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/lower"
+	"github.com/goverlay/goverlay/upper"
+)
+
+// parentNode returns the directory that holds n and n's name in it.
+func (n *node) parentNode() (string, *node) {
+	name, p := n.Parent()
+	if p == nil {
+		return "", nil
+	}
+	return name, p.Operations().(*node)
+}
+
+// upperDir returns directory n's instance in the upper layer, copying n
+// and its ancestors up first (Linux: ovl_copy_up() copies parents first).
+//
+// Lock order: a node's copyMu is taken before its parent's; copy-up only
+// ever walks up the tree, so this cannot cycle.
+func (n *node) upperDir(ctx context.Context) (*lower.Dir, error) {
+	if n.ofs.upper == nil {
+		return nil, syscall.EROFS
+	}
+	if top := n.top(); top.Layer.Upper {
+		return top.Dir, nil
+	}
+	n.copyMu.Lock()
+	defer n.copyMu.Unlock()
+	top := n.top()
+	if top.Layer.Upper {
+		return top.Dir, nil // raced with another copy-up
+	}
+	name, p := n.parentNode()
+	if p == nil {
+		return nil, syscall.EROFS // the root always has an upper instance
+	}
+	pd, err := p.upperDir(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := top.StatSelf(&st); err != nil {
+		return nil, err
+	}
+	src := upper.Source{Dir: top.Dir, Name: "", Stat: st}
+	if err := n.ofs.upper.CopyUp(src, pd, name, false, 0); err != nil {
+		return nil, err
+	}
+	ud, err := pd.OpenDir(name)
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	n.chain = append(lower.Chain{{Dir: ud}}, n.chain...)
+	n.mu.Unlock()
+	return ud, nil
+}
+
+// top returns a directory's topmost instance.
+func (n *node) top() lower.Member {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.chain[0]
+}
+
+// location returns where a non-directory is: its directory in the topmost
+// layer that has it, and its name there.
+func (n *node) location() (lower.Member, string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.parent, n.name
+}
+
+// copyUp makes sure non-directory n is in the upper layer; without data
+// (an open with O_TRUNC) a regular file arrives empty.
+func (n *node) copyUp(ctx context.Context, data bool) error {
+	if n.ofs.upper == nil {
+		return syscall.EROFS
+	}
+	if par, _ := n.location(); par.Layer.Upper {
+		return nil
+	}
+	n.copyMu.Lock()
+	defer n.copyMu.Unlock()
+	par, srcName := n.location()
+	if par.Layer.Upper {
+		return nil // raced with another copy-up
+	}
+	name, p := n.parentNode()
+	if p == nil {
+		return syscall.ESTALE
+	}
+	pd, err := p.upperDir(ctx)
+	if err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	if err := par.Stat(srcName, &st); err != nil {
+		return err
+	}
+	// A file with one name keeps its inode number; a lower hard link
+	// broken by the copy-up gets the copy's, as with the kernel overlay
+	// without index=on.
+	var ino uint64
+	if st.Nlink == 1 {
+		ino = n.StableAttr().Ino
+	}
+	if err := n.ofs.upper.CopyUp(upper.Source{Dir: par.Dir, Name: srcName, Stat: st}, pd, name, data, ino); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.parent, n.name = lower.Member{Dir: pd}, name
+	n.mu.Unlock()
+	n.ofs.stats.copyUps.Add(1)
+	return nil
+}
+
+// upperIno reads the inode number an upper object had before its copy-up.
+func (f *FS) upperIno(d *lower.Dir, name string) (uint64, bool) {
+	v, err := d.Getxattr(name, f.upper.XattrPrefix()+upper.InoXattr)
+	if err != nil {
+		return 0, false
+	}
+	ino, err := strconv.ParseUint(string(v), 10, 64)
+	return ino, err == nil
+}

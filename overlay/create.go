@@ -1,0 +1,158 @@
+package overlay
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/lower"
+	"github.com/goverlay/goverlay/upper"
+)
+
+// checkNewName refuses names the overlay cannot store: the AUFS whiteout
+// format's names (fuse-overlayfs does the same) and names too long.
+func checkNewName(name string) syscall.Errno {
+	if lower.IsWhiteoutName(name) {
+		return syscall.EINVAL
+	}
+	if len(name) > unix.NAME_MAX {
+		return syscall.ENAMETOOLONG
+	}
+	return 0
+}
+
+// owner is who owns a new object made by the caller of ctx in directory n:
+// the caller, with the directory's group where the directory is setgid
+// (which new subdirectories inherit too).
+func (n *node) owner(ctx context.Context, mode uint32) (uid, gid, outMode uint32) {
+	if c, ok := fuse.FromContext(ctx); ok {
+		uid, gid = c.Uid, c.Gid
+	}
+	outMode = mode
+	var st unix.Stat_t
+	if n.stat(&st) == nil && st.Mode&unix.S_ISGID != 0 {
+		gid = st.Gid
+		if mode&unix.S_IFMT == unix.S_IFDIR {
+			outMode |= unix.S_ISGID
+		}
+	}
+	return uid, gid, outMode
+}
+
+// create makes a new object o under name in directory n and returns its
+// node, its attributes in out, and for a regular file an open fd.
+func (n *node) create(ctx context.Context, name string, o upper.Object, out *fuse.EntryOut) (*fs.Inode, int, syscall.Errno) {
+	if errno := checkNewName(name); errno != 0 {
+		return nil, -1, errno
+	}
+	pd, err := n.upperDir(ctx)
+	if err != nil {
+		return nil, -1, errno(err)
+	}
+	over, err := upper.Probe(pd, name)
+	if err != nil {
+		return nil, -1, errno(err)
+	}
+	o.Uid, o.Gid, o.Mode = n.owner(ctx, o.Mode)
+	// A new directory over a whiteout must not merge with what the
+	// whiteout hid (Linux: ovl_create_over_whiteout() sets opaque).
+	o.Opaque = o.Mode&unix.S_IFMT == unix.S_IFDIR && over != upper.OverNothing
+	fd, err := n.ofs.upper.Create(pd, name, o, over)
+	if err != nil {
+		return nil, -1, errno(err)
+	}
+	e := &lower.Entry{Parent: lower.Member{Dir: pd}}
+	if err := pd.Stat(name, &e.Stat); err == nil && e.IsDir() {
+		var d *lower.Dir
+		if d, err = pd.OpenDir(name); err == nil {
+			e.Chain = lower.Chain{{Dir: d}}
+		}
+	}
+	if err != nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return nil, -1, errno(err)
+	}
+	child := n.newChild(ctx, name, e)
+	child.Operations().(*node).fillAttr(&e.Stat, &out.Attr)
+	return child, fd, 0
+}
+
+var _ = (fs.NodeCreater)((*node)(nil))
+
+// Create makes and opens a regular file.
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	o := upper.Object{Mode: mode&07777 | unix.S_IFREG, Flags: backingFlags(flags)}
+	child, fd, errno := n.create(ctx, name, o, out)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	return child, newHandle(child.Operations().(*node), fd, true), fuse.FOPEN_KEEP_CACHE, 0
+}
+
+var _ = (fs.NodeMkdirer)((*node)(nil))
+
+// Mkdir makes a directory.
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	child, _, errno := n.create(ctx, name, upper.Object{Mode: mode&07777 | unix.S_IFDIR}, out)
+	return child, errno
+}
+
+var _ = (fs.NodeMknoder)((*node)(nil))
+
+// Mknod makes a FIFO, socket or device node. A char 0/0 device would be a
+// whiteout in the upper layer, so it is refused.
+func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if mode&unix.S_IFMT == unix.S_IFCHR && dev == 0 {
+		return nil, syscall.EPERM
+	}
+	child, _, errno := n.create(ctx, name, upper.Object{Mode: mode, Rdev: dev}, out)
+	return child, errno
+}
+
+var _ = (fs.NodeSymlinker)((*node)(nil))
+
+// Symlink makes a symbolic link.
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	child, _, errno := n.create(ctx, name, upper.Object{Mode: unix.S_IFLNK | 0o777, Target: target}, out)
+	return child, errno
+}
+
+var _ = (fs.NodeLinker)((*node)(nil))
+
+// Link gives target another name in n. The target is copied up first (a
+// hard link can only join two names of the upper layer).
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if errno := checkNewName(name); errno != 0 {
+		return nil, errno
+	}
+	t := target.(*node)
+	if t.isDir() {
+		return nil, syscall.EPERM
+	}
+	if err := t.copyUp(ctx, true); err != nil {
+		return nil, errno(err)
+	}
+	pd, err := n.upperDir(ctx)
+	if err != nil {
+		return nil, errno(err)
+	}
+	over, err := upper.Probe(pd, name)
+	if err != nil {
+		return nil, errno(err)
+	}
+	tp, tname := t.location()
+	if err := n.ofs.upper.Link(tp.Dir, tname, pd, name, over); err != nil {
+		return nil, errno(err)
+	}
+	var st unix.Stat_t
+	if err := pd.Stat(name, &st); err != nil {
+		return nil, errno(err)
+	}
+	t.fillAttr(&st, &out.Attr)
+	return t.EmbeddedInode(), 0
+}

@@ -1,0 +1,154 @@
+package overlay
+
+import (
+	"context"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// handle is one open regular file.
+//
+// A handle opened read-only before its file was copied up follows the
+// copy-up: its next read reopens the upper file (gVisor's currentFDLocked),
+// so it never serves the stale lower data, nor puts it back in the page
+// cache, as fuse-overlayfs does.
+type handle struct {
+	n *node
+
+	mu    sync.Mutex
+	fd    int
+	upper bool // fd is the upper file's
+}
+
+func newHandle(n *node, fd int, upper bool) *handle {
+	return &handle{n: n, fd: fd, upper: upper}
+}
+
+var (
+	_ = (fs.FileReader)((*handle)(nil))
+	_ = (fs.FileWriter)((*handle)(nil))
+	_ = (fs.FileReleaser)((*handle)(nil))
+	_ = (fs.FileFsyncer)((*handle)(nil))
+	_ = (fs.FileFlusher)((*handle)(nil))
+	_ = (fs.FileLseeker)((*handle)(nil))
+	_ = (fs.FileAllocater)((*handle)(nil))
+)
+
+// current returns the fd to use, switching to the upper file when the node
+// was copied up since the handle was opened.
+func (h *handle) current() (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.upper {
+		return h.fd, nil
+	}
+	par, name := h.n.location()
+	if !par.Layer.Upper {
+		return h.fd, nil
+	}
+	fd, err := par.Open(name, unix.O_RDONLY)
+	if err != nil {
+		return -1, err
+	}
+	unix.Close(h.fd)
+	h.fd, h.upper = fd, true
+	return fd, nil
+}
+
+// Read reads at off.
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	fd, err := h.current()
+	if err != nil {
+		return nil, errno(err)
+	}
+	n, err := unix.Pread(fd, dest, off)
+	if err != nil {
+		return nil, errno(err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+// Write writes at off. Only handles opened for writing, which are always on
+// the upper file, get writes.
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	fd, err := h.current()
+	if err != nil {
+		return 0, errno(err)
+	}
+	n, err := unix.Pwrite(fd, data, off)
+	return uint32(max(n, 0)), errno(err)
+}
+
+// Release closes the fd.
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.fd < 0 {
+		return syscall.EBADF
+	}
+	err := unix.Close(h.fd)
+	h.fd = -1
+	return errno(err)
+}
+
+// Flush is called on each close(2) of a descriptor; nothing is buffered
+// here.
+func (h *handle) Flush(ctx context.Context) syscall.Errno { return 0 }
+
+// Fsync syncs the file (its data only when flags has FUSE_FSYNC_FDATASYNC).
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	fd, err := h.current()
+	if err != nil {
+		return errno(err)
+	}
+	if flags&1 != 0 {
+		return errno(unix.Fdatasync(fd))
+	}
+	return errno(unix.Fsync(fd))
+}
+
+// Lseek answers SEEK_DATA and SEEK_HOLE from the backing file.
+func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	fd, err := h.current()
+	if err != nil {
+		return 0, errno(err)
+	}
+	r, err := unix.Seek(fd, int64(off), int(whence))
+	return uint64(r), errno(err)
+}
+
+// Allocate is fallocate(2).
+func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uint32) syscall.Errno {
+	fd, err := h.current()
+	if err != nil {
+		return errno(err)
+	}
+	return errno(unix.Fallocate(fd, mode, int64(off), int64(size)))
+}
+
+// truncate sets the size through the handle.
+func (h *handle) truncate(size uint64) error {
+	fd, err := h.current()
+	if err != nil {
+		return err
+	}
+	return unix.Ftruncate(fd, int64(size))
+}
+
+// backingFlags are the open flags passed on to the layer's file. O_APPEND
+// is left out: the kernel gives every write its offset, and pwrite on an
+// O_APPEND fd would ignore it. O_CREAT, O_EXCL and O_TRUNC were handled
+// already, O_NOCTTY is meaningless here.
+func backingFlags(flags uint32) int {
+	f := int(flags) & (unix.O_ACCMODE | unix.O_DIRECT | unix.O_NOATIME | unix.O_SYNC | unix.O_DSYNC)
+	if f&unix.O_ACCMODE == unix.O_WRONLY {
+		// The kernel may read through any handle (readahead of a
+		// partial page write); a write-only fd could not serve it.
+		f = f&^unix.O_ACCMODE | unix.O_RDWR
+	}
+	return f
+}

@@ -1,0 +1,99 @@
+package overlay
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+
+	"github.com/goverlay/goverlay/lower"
+)
+
+// lowerPart returns the members of n's chain below the upper layer.
+func (n *node) lowerPart() lower.Chain {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.chain) > 0 && n.chain[0].Layer.Upper {
+		return n.chain[1:]
+	}
+	return n.chain
+}
+
+// inLower reports whether name is visible in the lower layers of
+// directory n, which decides whether removing it needs a whiteout.
+func (n *node) inLower(name string) (bool, error) {
+	e, err := n.lowerPart().Lookup(name)
+	if err != nil {
+		if err == syscall.ENOENT {
+			return false, nil
+		}
+		return false, err
+	}
+	e.Chain.Close()
+	return true, nil
+}
+
+// remove deletes name from directory n: from the upper layer if it is
+// there, and with a whiteout if a lower layer has it too. A name only in a
+// lower layer gets just the whiteout: nothing is copied up (fuse-overlayfs
+// copies the whole file first).
+func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errno {
+	n.mu.Lock()
+	chain := n.chain
+	n.mu.Unlock()
+	e, err := chain.Lookup(name)
+	if err != nil {
+		return errno(err)
+	}
+	defer e.Chain.Close()
+	if e.IsDir() != isDir {
+		if isDir {
+			return syscall.ENOTDIR
+		}
+		return syscall.EISDIR
+	}
+	if isDir {
+		ents, err := e.Chain.ReadDir()
+		if err != nil {
+			return errno(err)
+		}
+		if len(ents) > 0 {
+			return syscall.ENOTEMPTY
+		}
+	}
+	below, err := n.inLower(name)
+	if err != nil {
+		return errno(err)
+	}
+	pd, err := n.upperDir(ctx)
+	if err != nil {
+		return errno(err)
+	}
+	if e.Parent.Layer.Upper {
+		err = n.ofs.upper.Remove(pd, name, isDir, below)
+	} else {
+		err = n.ofs.upper.Whiteout(pd, name)
+	}
+	if err != nil {
+		return errno(err)
+	}
+	if below {
+		n.ofs.stats.whiteouts.Add(1)
+	}
+	return 0
+}
+
+var _ = (fs.NodeUnlinker)((*node)(nil))
+
+// Unlink removes a non-directory.
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	return n.remove(ctx, name, false)
+}
+
+var _ = (fs.NodeRmdirer)((*node)(nil))
+
+// Rmdir removes a directory that looks empty through the mount; whiteouts
+// in its upper instance go with it.
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return n.remove(ctx, name, true)
+}

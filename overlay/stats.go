@@ -1,0 +1,9 @@
+package overlay
+
+import "sync/atomic"
+
+// stats counts what the mount did, for `goverlay stats`.
+type stats struct {
+	copyUps   atomic.Uint64
+	whiteouts atomic.Uint64
+}

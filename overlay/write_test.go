@@ -1,0 +1,290 @@
+package overlay
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/pkg/xattr"
+	"golang.org/x/sys/unix"
+)
+
+// rwMount mounts lower with a fresh upper and workdir.
+func rwMount(t *testing.T, lowers ...string) (mnt, up string) {
+	t.Helper()
+	up, work := t.TempDir(), t.TempDir()
+	return mountT(t, Options{Lower: lowers, Upper: up, Work: work}), up
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func isWhiteout(t *testing.T, path string) bool {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return false
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0
+}
+
+func TestCopyUpKeepsBytesAroundWrite(t *testing.T) {
+	lo := t.TempDir()
+	write(t, lo+"/f", "Hello world")
+	os.Chmod(lo+"/f", 0o640)
+	os.Chown(lo+"/f", 1234, 5678)
+	if err := xattr.Set(lo+"/f", "user.k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	mnt, up := rwMount(t, lo)
+
+	f, err := os.OpenFile(mnt+"/f", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("J"), 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if got := readFile(t, mnt+"/f"); got != "Jello world" {
+		t.Errorf("through the mount: %q, want %q", got, "Jello world")
+	}
+	if got := readFile(t, up+"/f"); got != "Jello world" {
+		t.Errorf("upper: %q", got)
+	}
+	if got := readFile(t, lo+"/f"); got != "Hello world" {
+		t.Errorf("lower changed: %q", got)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(up+"/f", &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode&07777 != 0o640 || st.Uid != 1234 || st.Gid != 5678 {
+		t.Errorf("upper copy: mode %o owner %d:%d, want 640 1234:5678", st.Mode&07777, st.Uid, st.Gid)
+	}
+	if v, err := xattr.Get(up+"/f", "user.k"); err != nil || string(v) != "v" {
+		t.Errorf("upper copy xattr: %q %v", v, err)
+	}
+}
+
+func TestTruncatingOpenCopiesNoData(t *testing.T) {
+	lo := t.TempDir()
+	write(t, lo+"/f", "old contents")
+	mnt, up := rwMount(t, lo)
+	if err := os.WriteFile(mnt+"/f", []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, up+"/f"); got != "new" {
+		t.Errorf("upper: %q, want new", got)
+	}
+}
+
+func TestUnlinkWritesWhiteoutOnly(t *testing.T) {
+	lo := t.TempDir()
+	write(t, lo+"/f", "x")
+	write(t, lo+"/d/g", "y")
+	mnt, up := rwMount(t, lo)
+	if err := os.Remove(mnt + "/f"); err != nil {
+		t.Fatal(err)
+	}
+	if !isWhiteout(t, up+"/f") {
+		t.Errorf("upper/f is not a whiteout")
+	}
+	if _, err := os.Lstat(mnt + "/f"); !os.IsNotExist(err) {
+		t.Errorf("f still visible: %v", err)
+	}
+	// The parent was copied up for the whiteout, not the file.
+	if err := os.Remove(mnt + "/d/g"); err != nil {
+		t.Fatal(err)
+	}
+	if !isWhiteout(t, up+"/d/g") {
+		t.Errorf("upper/d/g is not a whiteout")
+	}
+	if err := os.Remove(mnt + "/d"); err != nil {
+		t.Fatalf("rmdir of a dir that looks empty: %v", err)
+	}
+	if !isWhiteout(t, up+"/d") {
+		t.Errorf("upper/d is not a whiteout after rmdir")
+	}
+	if got := names(t, mnt); len(got) != 0 {
+		t.Errorf("root not empty: %v", got)
+	}
+}
+
+func TestRmdirNotEmpty(t *testing.T) {
+	lo := t.TempDir()
+	write(t, lo+"/d/g", "y")
+	mnt, _ := rwMount(t, lo)
+	if err := syscall.Rmdir(mnt + "/d"); err != syscall.ENOTEMPTY {
+		t.Errorf("rmdir: %v, want ENOTEMPTY", err)
+	}
+}
+
+func TestMkdirOverWhiteoutIsOpaque(t *testing.T) {
+	lo := t.TempDir()
+	write(t, lo+"/d/old", "y")
+	write(t, lo+"/plain/x", "y")
+	mnt, up := rwMount(t, lo)
+	if err := os.RemoveAll(mnt + "/d"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(mnt+"/d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(t, mnt+"/d"); len(got) != 0 {
+		t.Errorf("new dir shows %v from below", got)
+	}
+	if v, err := xattr.Get(up+"/d", "trusted.overlay.opaque"); err != nil || string(v) != "y" {
+		t.Errorf("opaque xattr: %q %v", v, err)
+	}
+	if _, err := os.Lstat(up + "/d/.wh..wh..opq"); err == nil {
+		t.Errorf("an opaque dir must not also get the AUFS marker")
+	}
+	if err := os.Mkdir(mnt+"/new", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := xattr.Get(up+"/new", "trusted.overlay.opaque"); err == nil {
+		t.Errorf("a new dir on a free name must not be opaque")
+	}
+}
+
+func TestCreateOverWhiteout(t *testing.T) {
+	lo := t.TempDir()
+	write(t, lo+"/f", "lower")
+	mnt, up := rwMount(t, lo)
+	os.Remove(mnt + "/f")
+	if err := os.WriteFile(mnt+"/f", []byte("again"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, mnt+"/f"); got != "again" {
+		t.Errorf("got %q", got)
+	}
+	if isWhiteout(t, up+"/f") {
+		t.Errorf("whiteout left in place")
+	}
+}
+
+func TestWhiteoutNamesRefused(t *testing.T) {
+	lo := t.TempDir()
+	mnt, _ := rwMount(t, lo)
+	err := os.WriteFile(mnt+"/.wh.x", nil, 0o644)
+	if !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("create .wh.x: %v, want EINVAL", err)
+	}
+	if err := xattr.Set(mnt, "trusted.overlay.opaque", []byte("y")); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("set private xattr: %v, want EPERM", err)
+	}
+}
+
+func TestRenameLowerFileLeavesWhiteout(t *testing.T) {
+	lo := t.TempDir()
+	write(t, lo+"/a", "A")
+	write(t, lo+"/dir/x", "X")
+	mnt, up := rwMount(t, lo)
+	if err := os.Rename(mnt+"/a", mnt+"/b"); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, mnt+"/b"); got != "A" {
+		t.Errorf("b: %q", got)
+	}
+	if !isWhiteout(t, up+"/a") {
+		t.Errorf("no whiteout at the old name")
+	}
+	if err := os.Rename(mnt+"/dir", mnt+"/dir2"); !errors.Is(err, syscall.EXDEV) {
+		t.Errorf("rename of a lower dir: %v, want EXDEV (redirect_dir not implemented)", err)
+	}
+	if err := os.Mkdir(mnt+"/up", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(mnt+"/up", mnt+"/up2"); err != nil {
+		t.Errorf("rename of an upper-only dir: %v", err)
+	}
+}
+
+func TestReadOnlyHandleSeesCopyUp(t *testing.T) {
+	lo := t.TempDir()
+	write(t, lo+"/f", "LOWERDATA")
+	mnt, _ := rwMount(t, lo)
+	r, err := os.Open(mnt + "/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := os.WriteFile(mnt+"/f", []byte("UPPERDATA"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0)
+	buf := make([]byte, 9)
+	if _, err := r.ReadAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	if string(buf) != "UPPERDATA" {
+		t.Errorf("old handle reads %q, want UPPERDATA", buf)
+	}
+}
+
+func TestLowerHardlinksDoNotAlias(t *testing.T) {
+	lo := t.TempDir()
+	write(t, lo+"/a", "orig\n")
+	if err := os.Link(lo+"/a", lo+"/b"); err != nil {
+		t.Fatal(err)
+	}
+	mnt, _ := rwMount(t, lo)
+	// Look both up first, as ls would.
+	readFile(t, mnt+"/a")
+	readFile(t, mnt+"/b")
+	f, err := os.OpenFile(mnt+"/a", os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("more\n")
+	f.Close()
+	if got := readFile(t, mnt+"/b"); got != "orig\n" {
+		t.Errorf("b shows %q after a write through a", got)
+	}
+	if got := readFile(t, mnt+"/a"); got != "orig\nmore\n" {
+		t.Errorf("a: %q", got)
+	}
+}
+
+func TestConcurrentCopyUps(t *testing.T) {
+	lo := t.TempDir()
+	const files = 8
+	for i := 0; i < files; i++ {
+		write(t, lo+"/d/sub/f"+string(rune('a'+i)), strings.Repeat("x", 100000))
+	}
+	mnt, _ := rwMount(t, lo)
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		for i := 0; i < files; i++ {
+			wg.Add(1)
+			go func(w, i int) {
+				defer wg.Done()
+				p := mnt + "/d/sub/f" + string(rune('a'+i))
+				f, err := os.OpenFile(p, os.O_WRONLY, 0)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				f.WriteAt([]byte{byte('0' + w)}, int64(w))
+				f.Close()
+			}(w, i)
+		}
+	}
+	wg.Wait()
+	for i := 0; i < files; i++ {
+		got := readFile(t, mnt+"/d/sub/f"+string(rune('a'+i)))
+		if len(got) != 100000 || got[:4] != "0123" || strings.Count(got, "x") != 100000-4 {
+			t.Errorf("file %d: len %d head %q", i, len(got), got[:8])
+		}
+	}
+}

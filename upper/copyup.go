@@ -1,0 +1,248 @@
+package upper
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/pkg/xattr"
+	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/lower"
+)
+
+// Source is an object to copy up: entry Name of directory Dir in a lower
+// layer, with its stat.
+type Source struct {
+	Dir  *lower.Dir
+	Name string
+	Stat unix.Stat_t
+}
+
+// CopyUp copies src into directory dst of the upper layer under name, the
+// way the kernel does (Linux: fs/overlayfs/copy_up.c ovl_copy_up_one()):
+// the copy is built in the workdir (data, owner, mode, xattrs other than the
+// overlay's own, times), fsynced, and published with one
+// renameat2(RENAME_NOREPLACE). Without data (an open with O_TRUNC) a
+// regular file is copied empty. ino, when not zero, is recorded so that the
+// object keeps its inode number across remounts (InoXattr).
+//
+// If another copy-up of the same object won the race, CopyUp removes its
+// own copy and returns nil: the object is in the upper layer either way.
+func (l *Layer) CopyUp(src Source, dst *lower.Dir, name string, data bool, ino uint64) error {
+	tmp := l.tmpName()
+	if err := l.build(src, tmp, data); err != nil {
+		removeAll(l.Work, tmp)
+		return fmt.Errorf("copy up %q: %w", name, err)
+	}
+	if ino != 0 {
+		// Best effort: without it only st_ino changes at the next mount.
+		xattr.LSet(l.Work.ProcPath(tmp), l.opts.XattrPrefix+InoXattr, []byte(strconv.FormatUint(ino, 10)))
+	}
+	var times [2]unix.Timespec
+	restore := l.saveTimes(dst, &times)
+	err := unix.Renameat2(l.Work.FD(), tmp, dst.FD(), name, unix.RENAME_NOREPLACE)
+	if err != nil {
+		removeAll(l.Work, tmp)
+		if errors.Is(err, unix.EEXIST) {
+			return nil
+		}
+		return fmt.Errorf("copy up %q: publish: %w", name, err)
+	}
+	if restore {
+		// A copy-up is not a change of the parent as far as the
+		// mount is concerned (Linux: ovl_set_timestamps(pstat)).
+		unix.UtimesNanoAt(dst.FD(), ".", times[:], 0)
+	}
+	return nil
+}
+
+// InoXattr, under the overlay's xattr prefix, holds the inode number an
+// object had before its copy-up.
+const InoXattr = "goverlay.ino"
+
+// saveTimes reads the atime and mtime of directory d.
+func (l *Layer) saveTimes(d *lower.Dir, ts *[2]unix.Timespec) bool {
+	var st unix.Stat_t
+	if d.StatSelf(&st) != nil {
+		return false
+	}
+	ts[0], ts[1] = st.Atim, st.Mtim
+	return true
+}
+
+// build makes the copy of src at tmp in the workdir.
+func (l *Layer) build(src Source, tmp string, data bool) error {
+	w := l.Work.FD()
+	st := &src.Stat
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		fd, err := unix.Openat(w, tmp, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		if data && st.Size > 0 {
+			in, err := src.Dir.Open(src.Name, unix.O_RDONLY)
+			if err != nil {
+				return err
+			}
+			err = copyData(fd, in, st.Size)
+			unix.Close(in)
+			if err != nil {
+				return err
+			}
+		}
+		if err := l.setMeta(tmp, src); err != nil {
+			return err
+		}
+		if !l.opts.NoFsync {
+			return unix.Fsync(fd)
+		}
+		return nil
+	case unix.S_IFDIR:
+		if err := unix.Mkdirat(w, tmp, 0o700); err != nil {
+			return err
+		}
+	case unix.S_IFLNK:
+		target, err := src.Dir.Readlink(src.Name)
+		if err != nil {
+			return err
+		}
+		if err := unix.Symlinkat(string(target), w, tmp); err != nil {
+			return err
+		}
+	default:
+		if err := unix.Mknodat(w, tmp, st.Mode&unix.S_IFMT|0o600, int(st.Rdev)); err != nil {
+			return err
+		}
+	}
+	return l.setMeta(tmp, src)
+}
+
+// setMeta gives the copy at tmp the source's owner, mode, xattrs and times.
+// chown comes first because it clears suid/sgid and security.capability,
+// which chmod and the xattr copy then restore.
+func (l *Layer) setMeta(tmp string, src Source) error {
+	w := l.Work.FD()
+	st := &src.Stat
+	if err := unix.Fchownat(w, tmp, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	isLink := st.Mode&unix.S_IFMT == unix.S_IFLNK
+	if !isLink {
+		if err := unix.Fchmodat(w, tmp, st.Mode&07777, 0); err != nil {
+			return err
+		}
+	}
+	if err := copyXattrs(src.Dir, src.Name, l.Work, tmp); err != nil {
+		return err
+	}
+	ts := []unix.Timespec{st.Atim, st.Mtim}
+	return unix.UtimesNanoAt(w, tmp, ts, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// copyXattrs copies every attribute but the overlay's own. Attributes the
+// upper filesystem does not support are skipped, as the kernel does for
+// EOPNOTSUPP (Linux: ovl_copy_xattr()).
+func copyXattrs(from *lower.Dir, fromName string, to *lower.Dir, toName string) error {
+	names, err := from.Listxattr(fromName)
+	if err != nil {
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			return nil
+		}
+		return err
+	}
+	dst := to.ProcPath(toName)
+	for _, a := range names {
+		if lower.IsPrivateXattr(a) {
+			continue
+		}
+		v, err := from.Getxattr(fromName, a)
+		if errors.Is(err, unix.ENODATA) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := xattr.LSet(dst, a, v); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
+			return fmt.Errorf("xattr %s: %w", a, err)
+		}
+	}
+	return nil
+}
+
+// copyData copies size bytes from in to out: a reflink where the filesystem
+// shares extents (FICLONE), else the data segments one by one so that holes
+// stay holes, with copy_file_range, else read/write.
+func copyData(out, in int, size int64) error {
+	if unix.IoctlFileClone(out, in) == nil {
+		return nil
+	}
+	var off int64
+	for off < size {
+		start, err := unix.Seek(in, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole is left
+		}
+		if err != nil {
+			// No SEEK_DATA: copy everything as data.
+			start = off
+		}
+		end, err := unix.Seek(in, start, unix.SEEK_HOLE)
+		if err != nil {
+			end = size
+		}
+		if end > size {
+			end = size
+		}
+		if err := copyRange(out, in, start, end-start); err != nil {
+			return err
+		}
+		off = end
+	}
+	// A trailing hole: give the file its size without writing zeros.
+	return unix.Ftruncate(out, size)
+}
+
+// copyRange copies n bytes at off from in to out at the same offset.
+func copyRange(out, in int, off, n int64) error {
+	for n > 0 {
+		roff, woff := off, off
+		c, err := unix.CopyFileRange(in, &roff, out, &woff, int(min(n, 1<<30)), 0)
+		if err != nil || c == 0 {
+			if err == nil || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) ||
+				errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) {
+				return readWrite(out, in, off, n)
+			}
+			return err
+		}
+		off += int64(c)
+		n -= int64(c)
+	}
+	return nil
+}
+
+// readWrite is the fallback copy through a buffer.
+func readWrite(out, in int, off, n int64) error {
+	buf := make([]byte, min(n, 1<<20))
+	for n > 0 {
+		c, err := unix.Pread(in, buf[:min(n, int64(len(buf)))], off)
+		if err != nil {
+			return err
+		}
+		if c == 0 {
+			return nil // the source is shorter than its stat said
+		}
+		for w := 0; w < c; {
+			k, err := unix.Pwrite(out, buf[w:c], off+int64(w))
+			if err != nil {
+				return err
+			}
+			w += k
+		}
+		off += int64(c)
+		n -= int64(c)
+	}
+	return nil
+}

@@ -1,0 +1,302 @@
+package upper
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pkg/xattr"
+	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/lower"
+)
+
+// Over says what a new name replaces in its upper directory.
+type Over int
+
+const (
+	// OverNothing: the name is free in the upper directory.
+	OverNothing Over = iota
+	// OverWhiteout: a char 0/0 whiteout holds the name.
+	OverWhiteout
+	// OverAUFSWhiteout: a ".wh.NAME" file hides the name.
+	OverAUFSWhiteout
+)
+
+// Probe tells what holds name in the upper directory d, as far as a create
+// is concerned.
+func Probe(d *lower.Dir, name string) (Over, error) {
+	var st unix.Stat_t
+	err := d.Stat(name, &st)
+	switch {
+	case err == nil && lower.IsWhiteout(&st):
+		return OverWhiteout, nil
+	case err == nil:
+		return OverNothing, unix.EEXIST
+	case !errors.Is(err, unix.ENOENT):
+		return OverNothing, err
+	}
+	if d.Stat(lower.WhiteoutPrefix+name, &st) == nil {
+		return OverAUFSWhiteout, nil
+	}
+	return OverNothing, nil
+}
+
+// Object describes a new object to create.
+type Object struct {
+	// Mode is the file type and permission bits.
+	Mode uint32
+	// Rdev is the device number of a device node.
+	Rdev uint32
+	// Target is a symlink's target.
+	Target string
+	// Uid and Gid own the object.
+	Uid, Gid uint32
+	// Opaque marks a new directory opaque: it replaces a whiteout, so
+	// the directories of the same name below must not show through.
+	Opaque bool
+	// Flags are the open flags for a regular file; Create returns its fd.
+	Flags int
+}
+
+// Create makes o as name in the upper directory d, which holds over at
+// that name. The object is built in the workdir with its owner set, then
+// renamed into place, so it never appears half made or with the wrong
+// owner; over a whiteout the rename is an exchange and the whiteout is then
+// removed from the workdir (Linux: ovl_create_over_whiteout()). It returns
+// an open fd for a regular file, -1 otherwise.
+func (l *Layer) Create(d *lower.Dir, name string, o Object, over Over) (int, error) {
+	tmp := l.tmpName()
+	fd, err := l.make(tmp, o)
+	if err != nil {
+		removeAll(l.Work, tmp)
+		return -1, err
+	}
+	if err := l.publish(tmp, d, name, over); err != nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return -1, err
+	}
+	return fd, nil
+}
+
+// make builds o at tmp in the workdir.
+func (l *Layer) make(tmp string, o Object) (int, error) {
+	w := l.Work.FD()
+	fd := -1
+	var err error
+	switch o.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		fd, err = unix.Openat(w, tmp, o.Flags|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, o.Mode&07777)
+	case unix.S_IFDIR:
+		err = unix.Mkdirat(w, tmp, o.Mode&07777)
+	case unix.S_IFLNK:
+		err = unix.Symlinkat(o.Target, w, tmp)
+	default:
+		err = unix.Mknodat(w, tmp, o.Mode, int(o.Rdev))
+	}
+	if err != nil {
+		return -1, err
+	}
+	fail := func(err error) (int, error) {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return -1, err
+	}
+	if err := unix.Fchownat(w, tmp, int(o.Uid), int(o.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fail(err)
+	}
+	if o.Mode&unix.S_IFMT != unix.S_IFLNK {
+		// The exact mode: the process umask must not apply (the
+		// kernel applied the caller's), and chown cleared suid/sgid.
+		if err := unix.Fchmodat(w, tmp, o.Mode&07777, 0); err != nil {
+			return fail(err)
+		}
+	}
+	if o.Opaque {
+		if err := l.SetOpaque(l.Work, tmp); err != nil {
+			return fail(err)
+		}
+	}
+	return fd, nil
+}
+
+// publish renames tmp from the workdir to name in d.
+func (l *Layer) publish(tmp string, d *lower.Dir, name string, over Over) error {
+	w := l.Work.FD()
+	switch over {
+	case OverWhiteout:
+		if err := unix.Renameat2(w, tmp, d.FD(), name, unix.RENAME_EXCHANGE); err != nil {
+			removeAll(l.Work, tmp)
+			return err
+		}
+		// tmp is now the whiteout.
+		unix.Unlinkat(w, tmp, 0)
+		return nil
+	default:
+		if err := unix.Renameat2(w, tmp, d.FD(), name, unix.RENAME_NOREPLACE); err != nil {
+			removeAll(l.Work, tmp)
+			return err
+		}
+		if over == OverAUFSWhiteout {
+			// Until this unlink both names exist, and in the AUFS
+			// format the name beside its whiteout wins.
+			unix.Unlinkat(d.FD(), lower.WhiteoutPrefix+name, 0)
+		}
+		return nil
+	}
+}
+
+// Link makes name in d a hard link to entry srcName of the upper directory
+// src.
+func (l *Layer) Link(src *lower.Dir, srcName string, d *lower.Dir, name string, over Over) error {
+	tmp := l.tmpName()
+	if err := unix.Linkat(src.FD(), srcName, l.Work.FD(), tmp, 0); err != nil {
+		return err
+	}
+	return l.publish(tmp, d, name, over)
+}
+
+// SetOpaque marks the directory name in d opaque with the overlay's xattr.
+// The kernel's format has no marker file: an upper dir with both confuses
+// it (fuse-overlayfs #306). Only where the xattr cannot be set does the
+// AUFS marker stand in.
+func (l *Layer) SetOpaque(d *lower.Dir, name string) error {
+	err := xattr.LSet(d.ProcPath(name), l.opts.XattrPrefix+"opaque", []byte("y"))
+	if err == nil {
+		return nil
+	}
+	sub, oerr := d.OpenDir(name)
+	if oerr != nil {
+		return fmt.Errorf("mark opaque: %w", err)
+	}
+	defer sub.Close()
+	fd, ferr := unix.Openat(sub.FD(), lower.OpaqueMarker, unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+	if ferr != nil {
+		return fmt.Errorf("mark opaque: %w", err)
+	}
+	return unix.Close(fd)
+}
+
+// Remove deletes name from the upper directory d. With whiteout, a name
+// that still exists in a lower layer, the name is replaced by a whiteout in
+// one step (renameat2 RENAME_WHITEOUT moves the object to the workdir);
+// whatever it was, a directory with whiteouts in it included, is then
+// removed from the workdir.
+func (l *Layer) Remove(d *lower.Dir, name string, isDir, whiteout bool) error {
+	if !isDir && !whiteout {
+		return unix.Unlinkat(d.FD(), name, 0)
+	}
+	tmp := l.tmpName()
+	flags := uint(0)
+	if whiteout && l.Whiteouts == KernelWhiteouts {
+		flags = unix.RENAME_WHITEOUT
+	}
+	err := unix.Renameat2(d.FD(), name, l.Work.FD(), tmp, flags)
+	if flags != 0 && errors.Is(err, unix.EINVAL) {
+		// RENAME_WHITEOUT unsupported: move, then whiteout.
+		flags = 0
+		err = unix.Renameat2(d.FD(), name, l.Work.FD(), tmp, 0)
+	}
+	if err != nil {
+		return err
+	}
+	if whiteout && flags == 0 {
+		if err := l.Whiteout(d, name); err != nil {
+			// Put the object back rather than lose the deletion's
+			// effect silently.
+			unix.Renameat2(l.Work.FD(), tmp, d.FD(), name, unix.RENAME_NOREPLACE)
+			return err
+		}
+	}
+	return removeAll(l.Work, tmp)
+}
+
+// Whiteout hides name, which exists only in lower layers, from the upper
+// directory d.
+func (l *Layer) Whiteout(d *lower.Dir, name string) error {
+	if l.Whiteouts == KernelWhiteouts {
+		err := unix.Mknodat(d.FD(), name, unix.S_IFCHR, 0)
+		if !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EOPNOTSUPP) {
+			return err
+		}
+	}
+	fd, err := unix.Openat(d.FD(), lower.WhiteoutPrefix+name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	return unix.Close(fd)
+}
+
+// Rename moves oname in the upper directory od to nname in nd (both
+// already in the upper layer), with the renameat2 flags of the caller.
+// whiteout leaves a whiteout at the old name (it exists in a lower layer);
+// over tells what holds the new name in nd; opaque marks a moved directory
+// opaque (it lands on a name a lower directory has).
+func (l *Layer) Rename(od *lower.Dir, oname string, nd *lower.Dir, nname string, flags uint, whiteout bool, over Over, opaque bool) error {
+	if opaque {
+		if err := l.SetOpaque(od, oname); err != nil {
+			return err
+		}
+	}
+	if flags&unix.RENAME_EXCHANGE != 0 {
+		return unix.Renameat2(od.FD(), oname, nd.FD(), nname, unix.RENAME_EXCHANGE)
+	}
+	if over == OverWhiteout {
+		// Swap with the whiteout: it lands at the old name, which is
+		// exactly right when that name needs a whiteout.
+		if err := unix.Renameat2(od.FD(), oname, nd.FD(), nname, unix.RENAME_EXCHANGE); err != nil {
+			return err
+		}
+		if !whiteout {
+			return unix.Unlinkat(od.FD(), oname, 0)
+		}
+		return nil
+	}
+	rflags := flags & unix.RENAME_NOREPLACE
+	if whiteout && l.Whiteouts == KernelWhiteouts {
+		rflags |= unix.RENAME_WHITEOUT
+	}
+	err := unix.Renameat2(od.FD(), oname, nd.FD(), nname, rflags)
+	if rflags&unix.RENAME_WHITEOUT != 0 && errors.Is(err, unix.EINVAL) {
+		rflags &^= unix.RENAME_WHITEOUT
+		err = unix.Renameat2(od.FD(), oname, nd.FD(), nname, rflags)
+	}
+	if err != nil {
+		return err
+	}
+	if over == OverAUFSWhiteout {
+		unix.Unlinkat(nd.FD(), lower.WhiteoutPrefix+nname, 0)
+	}
+	if whiteout && rflags&unix.RENAME_WHITEOUT == 0 {
+		return l.Whiteout(od, oname)
+	}
+	return nil
+}
+
+// ClearWhiteouts empties the upper directory name in d of whiteouts, the
+// only entries a directory that looks empty through the mount can have.
+func (l *Layer) ClearWhiteouts(d *lower.Dir, name string) error {
+	sub, err := d.OpenDir(name)
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	ents, err := sub.ReadDirRaw()
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		var st unix.Stat_t
+		if sub.Stat(e.Name, &st) != nil {
+			continue
+		}
+		if lower.IsWhiteout(&st) || lower.IsWhiteoutName(e.Name) {
+			if err := unix.Unlinkat(sub.FD(), e.Name, 0); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

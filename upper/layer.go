@@ -1,0 +1,167 @@
+// Package upper writes the upper layer in the kernel overlay's on-disk
+// format: copy-up through the workdir, whiteouts, opaque directories.
+//
+// Every new object is built in the workdir and published with one rename,
+// so a reader never sees it half made, and a crash leaves at most a stray
+// entry in the workdir, which Open removes at the next mount.
+package upper
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/lower"
+)
+
+// WhiteoutFormat says how deletions are recorded.
+type WhiteoutFormat int
+
+const (
+	// KernelWhiteouts are char 0/0 devices (Linux overlayfs).
+	KernelWhiteouts WhiteoutFormat = iota
+	// AUFSWhiteouts are empty ".wh.NAME" files, for upper filesystems that
+	// refuse mknod (some rootless setups).
+	AUFSWhiteouts
+)
+
+func (f WhiteoutFormat) String() string {
+	if f == AUFSWhiteouts {
+		return "aufs (.wh. files)"
+	}
+	return "kernel (char 0/0)"
+}
+
+// Options configure the upper layer.
+type Options struct {
+	// XattrPrefix is "trusted.overlay." or, with userxattr,
+	// "user.overlay.": the namespace the overlay's own marks go to.
+	XattrPrefix string
+	// NoFsync skips the fsync of copied-up data before it is published
+	// (-o fsync=0, volatile).
+	NoFsync bool
+}
+
+// Layer is the writable layer and its workdir.
+type Layer struct {
+	*lower.Layer
+	// Work is the scratch directory workdir/work, on the upper's
+	// filesystem, where objects are built before they are renamed into
+	// place.
+	Work *lower.Dir
+	// Whiteouts is the format deletions are written in.
+	Whiteouts WhiteoutFormat
+
+	opts Options
+	seq  atomic.Uint64
+}
+
+// workName is the scratch subdirectory, as the kernel names it
+// (Linux: fs/overlayfs/super.c OVL_WORKDIR_NAME).
+const workName = "work"
+
+// Open prepares the upper layer u with the workdir at workPath: checks that
+// both are on one filesystem, empties workdir/work of what an interrupted
+// operation left, and probes whether whiteouts can be made.
+func Open(u *lower.Layer, workPath string, o Options) (*Layer, error) {
+	wfd, err := unix.Open(workPath, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open workdir %q: %w", workPath, err)
+	}
+	workdir := lower.NewDir(u, wfd)
+	defer workdir.Close()
+	var st unix.Stat_t
+	if err := workdir.StatSelf(&st); err != nil {
+		return nil, fmt.Errorf("stat workdir %q: %w", workPath, err)
+	}
+	if st.Dev != u.Dev {
+		return nil, fmt.Errorf("workdir %q is on another filesystem than upperdir %q; put both on one filesystem", workPath, u.Path)
+	}
+	if err := unix.Mkdirat(wfd, workName, 0); err != nil && !errors.Is(err, unix.EEXIST) {
+		return nil, fmt.Errorf("create %s/%s: %w", workPath, workName, err)
+	}
+	work, err := workdir.OpenDir(workName)
+	if err != nil {
+		return nil, fmt.Errorf("open %s/%s: %w", workPath, workName, err)
+	}
+	l := &Layer{Layer: u, Work: work, opts: o}
+	if err := l.clean(); err != nil {
+		work.Close()
+		return nil, fmt.Errorf("clean %s/%s: %w", workPath, workName, err)
+	}
+	l.Whiteouts = l.probeWhiteouts()
+	return l, nil
+}
+
+// Close releases the workdir.
+func (l *Layer) Close() error { return l.Work.Close() }
+
+// XattrPrefix is the namespace of the overlay's own marks.
+func (l *Layer) XattrPrefix() string { return l.opts.XattrPrefix }
+
+// tmpName returns a fresh name in the workdir ("#" and a hex counter, as
+// the kernel's ovl_lookup_temp() does, and the PID so two daemons sharing a
+// workdir by mistake do not collide).
+func (l *Layer) tmpName() string {
+	return "#" + strconv.FormatInt(int64(os.Getpid()), 16) + "." + strconv.FormatUint(l.seq.Add(1), 16)
+}
+
+// clean removes everything in workdir/work: leftovers of a copy-up or of a
+// removal that a crash interrupted. Nothing in it is ever visible through
+// the mount.
+func (l *Layer) clean() error {
+	ents, err := l.Work.ReadDirRaw()
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := removeAll(l.Work, e.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeAll removes name in d and, for a directory, everything below it,
+// without following symlinks.
+func removeAll(d *lower.Dir, name string) error {
+	err := unix.Unlinkat(d.FD(), name, 0)
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if !errors.Is(err, unix.EISDIR) {
+		return err
+	}
+	sub, err := d.OpenDir(name)
+	if err != nil {
+		return err
+	}
+	ents, err := sub.ReadDirRaw()
+	if err == nil {
+		for _, e := range ents {
+			if err = removeAll(sub, e.Name); err != nil {
+				break
+			}
+		}
+	}
+	sub.Close()
+	if err != nil {
+		return err
+	}
+	return unix.Unlinkat(d.FD(), name, unix.AT_REMOVEDIR)
+}
+
+// probeWhiteouts makes a whiteout in the workdir to see whether the upper
+// filesystem allows it.
+func (l *Layer) probeWhiteouts() WhiteoutFormat {
+	name := l.tmpName()
+	if err := unix.Mknodat(l.Work.FD(), name, unix.S_IFCHR, 0); err != nil {
+		return AUFSWhiteouts
+	}
+	unix.Unlinkat(l.Work.FD(), name, 0)
+	return KernelWhiteouts
+}
