@@ -38,7 +38,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		return errno(err)
 	}
 	if m, ok := in.GetMode(); ok {
-		if err := chmodAt(d, name, m&07777); err != nil {
+		err := chmodAt(d, name, m&07777)
+		n.invalidateNoSec()
+		if err != nil {
 			return errno(err)
 		}
 	}
@@ -52,12 +54,21 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		if gok {
 			g = int(gid)
 		}
-		if err := unix.Fchownat(d.FD(), nameOrDot(name), u, g, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		err := unix.Fchownat(d.FD(), nameOrDot(name), u, g, unix.AT_SYMLINK_NOFOLLOW)
+		n.invalidateNoSec()
+		if err != nil {
 			return errno(err)
 		}
 	}
 	if hasSize {
 		if err := n.truncate(f, d, name, size); err != nil {
+			return errno(err)
+		}
+	}
+	if in.Valid&fuse.FATTR_KILL_SUIDGID != 0 && !n.isDir() {
+		// A truncate by a caller without CAP_FSETID, or any chown
+		// (notes B.3 item 2).
+		if err := n.killPrivs(); err != nil {
 			return errno(err)
 		}
 	}
@@ -134,12 +145,16 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if err != nil {
 		return errno(err)
 	}
-	return errno(xattrPath(d, name, func(p string, follow bool) error {
+	err = xattrPath(d, name, func(p string, follow bool) error {
 		if follow {
 			return xattr.SetWithFlags(p, attr, data, int(flags))
 		}
 		return xattr.LSetWithFlags(p, attr, data, int(flags))
-	}))
+	})
+	if isSecurityXattr(attr) {
+		n.invalidateNoSec()
+	}
+	return errno(err)
 }
 
 var _ = (fs.NodeRemovexattrer)((*node)(nil))
@@ -157,12 +172,16 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if err != nil {
 		return errno(err)
 	}
-	return errno(xattrPath(d, name, func(p string, follow bool) error {
+	err = xattrPath(d, name, func(p string, follow bool) error {
 		if follow {
 			return xattr.Remove(p, attr)
 		}
 		return xattr.LRemove(p, attr)
-	}))
+	})
+	if isSecurityXattr(attr) {
+		n.invalidateNoSec()
+	}
+	return errno(err)
 }
 
 // xattrPath calls op with the /proc path of entry name in d, or of d itself

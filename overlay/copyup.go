@@ -119,6 +119,7 @@ func (n *node) copyUp(ctx context.Context, data bool) error {
 	n.mu.Lock()
 	n.parent, n.name = lower.Member{Dir: pd}, name
 	n.mu.Unlock()
+	n.invalidateNoSec()
 	n.ofs.stats.copyUps.Add(1)
 	return nil
 }

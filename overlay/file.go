@@ -34,6 +34,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// O_NOATIME is for the file's owner; the daemon may not be.
 		fd, err = par.Open(name, bflags&^unix.O_NOATIME)
 	}
+	if err == nil && write {
+		// O_TRUNC by a caller without CAP_FSETID.
+		if err = n.killIfAsked(ctx); err != nil {
+			unix.Close(fd)
+		}
+	}
 	if err != nil {
 		return nil, 0, errno(err)
 	}

@@ -31,6 +31,7 @@ func newHandle(n *node, fd int, upper bool) *handle {
 var (
 	_ = (fs.FileReader)((*handle)(nil))
 	_ = (fs.FileWriter)((*handle)(nil))
+	_ = (fs.FileWritever)((*handle)(nil))
 	_ = (fs.FileReleaser)((*handle)(nil))
 	_ = (fs.FileFsyncer)((*handle)(nil))
 	_ = (fs.FileFlusher)((*handle)(nil))
@@ -76,10 +77,26 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 // the upper file, get writes.
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	fd, err := h.current()
+	if err == nil {
+		err = h.n.killIfAsked(ctx)
+	}
 	if err != nil {
 		return 0, errno(err)
 	}
 	n, err := unix.Pwrite(fd, data, off)
+	return uint32(max(n, 0)), errno(err)
+}
+
+// Writev writes several buffers at off in one pwritev.
+func (h *handle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, syscall.Errno) {
+	fd, err := h.current()
+	if err == nil {
+		err = h.n.killIfAsked(ctx)
+	}
+	if err != nil {
+		return 0, errno(err)
+	}
+	n, err := unix.Pwritev(fd, data, off)
 	return uint32(max(n, 0)), errno(err)
 }
 

@@ -3,6 +3,7 @@ package overlay
 import (
 	"fmt"
 	"log"
+	"net"
 	"os"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/goverlay/goverlay/lower"
+	"github.com/goverlay/goverlay/privs"
 	"github.com/goverlay/goverlay/upper"
 )
 
@@ -29,6 +31,8 @@ type Options struct {
 	// NoFsync skips the fsync of a copy-up before it is published
 	// (-o fsync=0, volatile).
 	NoFsync bool
+	// NoSec is the -o nosec= setting.
+	NoSec NoSecMode
 
 	// FsName is the mount's source as /proc/mounts shows it.
 	FsName string
@@ -55,6 +59,15 @@ type FS struct {
 	ino    *inoMap
 	log    *log.Logger
 	stats  stats
+	raw    *rawFS
+
+	// nosec says FUSE_HANDLE_KILLPRIV_V2 is negotiated: the kernel trusts
+	// S_NOSEC and goverlay removes privileges itself (nosecWhy says why).
+	nosec    bool
+	nosecWhy string
+	privs    privs.Counters
+
+	statsL net.Listener
 }
 
 // New opens the layers described by o. Nothing is mounted yet.
@@ -97,11 +110,16 @@ func New(o Options) (*FS, error) {
 		}
 	}
 	f.ino = newInoMap(f.layers)
+	f.nosec, f.nosecWhy = decideNoSec(o.NoSec, f.layers[0].Root().FD(), f.ReadOnly())
+	f.log.Printf("NOSEC %s: %s", map[bool]string{true: "on", false: "off"}[f.nosec], f.nosecWhy)
 	return f, nil
 }
 
 // Close releases the layers. It is called after the mount is gone.
 func (f *FS) Close() {
+	if f.statsL != nil {
+		f.statsL.Close()
+	}
 	if f.upper != nil {
 		f.upper.Close()
 	}
@@ -118,8 +136,8 @@ func (f *FS) ReadOnly() bool { return f.upper == nil }
 func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 	root := f.newRoot()
 	opts := f.fsOptions()
-	raw := fs.NewNodeFS(root, opts)
-	srv, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
+	f.raw = &rawFS{RawFileSystem: fs.NewNodeFS(root, opts)}
+	srv, err := fuse.NewServer(f.raw, mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, err
 	}
@@ -127,6 +145,10 @@ func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 	if err := srv.WaitMount(); err != nil {
 		srv.Unmount()
 		return nil, err
+	}
+	if f.statsL, err = f.serveStats(mountpoint, os.Getpid()); err != nil {
+		// The mount works without it; `goverlay stats` will say so.
+		f.log.Printf("%v", err)
 	}
 	return srv, nil
 }
@@ -162,6 +184,12 @@ func (f *FS) fsOptions() *fs.Options {
 	// O_TRUNC reaches OPEN, so that a truncating open copies a lower
 	// file up without its data instead of copying it and truncating.
 	mo.ExtraCapabilities |= fuse.CAP_ATOMIC_O_TRUNC
+	if f.nosec {
+		// The kernel sets SB_NOSEC on the mount and stops asking for
+		// security.capability on every write; we remove privileges
+		// when its KILL_SUIDGID flags say so (rawFS, killPrivs).
+		mo.ExtraCapabilities |= fuse.CAP_HANDLE_KILLPRIV_V2
+	}
 	// Passthrough stays off until privilege removal owns it (go-fuse
 	// keeps one backing file per node: a file opened before its copy-up
 	// would keep the lower file as backing for later writers).

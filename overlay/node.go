@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goverlay/goverlay/lower"
+	"github.com/goverlay/goverlay/privs"
 )
 
 // node is one merged inode.
@@ -27,6 +28,9 @@ type node struct {
 
 	// copyMu serialises the copy-up of this node.
 	copyMu sync.Mutex
+	// nosec is set once the file is known to carry no suid, sgid or
+	// security.capability (privs.NoSec).
+	nosec privs.NoSec
 
 	// mu guards the fields below, which a copy-up or a rename changes.
 	mu sync.Mutex

@@ -15,10 +15,18 @@ import (
 // the filesystem, and unmounts it when the test ends.
 func mountT(t *testing.T, o Options) string {
 	t.Helper()
+	mnt, _ := mountFS(t, o)
+	return mnt
+}
+
+// mountFS is mountT that also returns the FS, for its counters.
+func mountFS(t *testing.T, o Options) (string, *FS) {
+	t.Helper()
 	if os.Getuid() != 0 {
 		t.Skip("mounting needs root")
 	}
 	mnt := t.TempDir()
+	os.Chmod(mnt, 0o755)
 	f, err := New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +44,7 @@ func mountT(t *testing.T, o Options) string {
 		srv.Wait()
 		f.Close()
 	})
-	return mnt
+	return mnt, f
 }
 
 func write(t *testing.T, path, data string) {

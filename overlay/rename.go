@@ -150,6 +150,7 @@ func (c *node) moved(d *lower.Dir, name string) {
 	if c.isDir() {
 		return
 	}
+	c.invalidateNoSec()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.parent, c.name = lower.Member{Dir: d}, name

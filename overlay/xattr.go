@@ -9,6 +9,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/goverlay/goverlay/lower"
+	"github.com/goverlay/goverlay/privs"
 )
 
 // xattrTarget names the directory and entry that hold n's attributes: a
@@ -29,6 +30,9 @@ var _ = (fs.NodeGetxattrer)((*node)(nil))
 // attributes do not exist as far as the mount is concerned.
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	if lower.IsPrivateXattr(attr) {
+		return 0, syscall.ENODATA
+	}
+	if attr == privs.CapabilityXattr && n.capGetxattr() {
 		return 0, syscall.ENODATA
 	}
 	d, name := n.xattrTarget()

@@ -1,0 +1,184 @@
+package overlay
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/pkg/xattr"
+	"golang.org/x/sys/unix"
+)
+
+// openDir makes a temporary directory that other users may traverse.
+func openDir(t *testing.T) string {
+	t.Helper()
+	d := t.TempDir()
+	for p := d; p != "/" && p != "."; p = filepath.Dir(p) {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil && st.Mode&0o005 != 0o005 {
+			os.Chmod(p, os.FileMode(st.Mode&0o7777|0o005))
+		}
+	}
+	return d
+}
+
+// run runs sh -c script through the wrapper argv (setpriv, capsh).
+func run(t *testing.T, wrapper []string, script string) {
+	t.Helper()
+	if _, err := exec.LookPath(wrapper[0]); err != nil {
+		t.Skipf("%s not installed", wrapper[0])
+	}
+	args := append(append([]string{}, wrapper[1:]...), "sh", "-c", script)
+	if wrapper[0] == "capsh" {
+		args = append(append([]string{}, wrapper[1:]...), "--", "-c", script)
+	}
+	out, err := exec.Command(wrapper[0], args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v %q: %v\n%s", wrapper, script, err, out)
+	}
+}
+
+var (
+	asNobody   = []string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"}
+	noFsetid   = []string{"capsh", "--drop=cap_fsetid"}
+	privileged = []string{"env"}
+)
+
+func modeOf(t *testing.T, path string) uint32 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Mode & 07777
+}
+
+func nosecMount(t *testing.T, mode NoSecMode, lowers ...string) (mnt, up string, f *FS) {
+	t.Helper()
+	up, work := openDir(t), openDir(t)
+	o := Options{Lower: lowers, Upper: up, Work: work, NoSec: mode, AllowOther: true}
+	mnt, f = mountFS(t, o)
+	return mnt, up, f
+}
+
+// TestKillPrivsOnWrite: a write by a caller without CAP_FSETID clears suid,
+// and sgid where the group may execute; a privileged write keeps them.
+func TestKillPrivsOnWrite(t *testing.T) {
+	for _, mode := range []NoSecMode{NoSecOn, NoSecOff} {
+		t.Run(mode.String(), func(t *testing.T) {
+			lo := openDir(t)
+			for name, m := range map[string]uint32{"suid": 04777, "sgidx": 02777, "sgid": 02766, "root": 04777} {
+				write(t, lo+"/"+name, "data")
+				os.Chmod(lo+"/"+name, os.FileMode(m&0o777)|modeBits(m))
+			}
+			mnt, up, _ := nosecMount(t, mode, lo)
+			run(t, asNobody, "echo x >> "+mnt+"/suid")
+			run(t, noFsetid, "echo x >> "+mnt+"/sgidx")
+			run(t, asNobody, "echo x >> "+mnt+"/sgid")
+			run(t, privileged, "echo x >> "+mnt+"/root")
+			for name, want := range map[string]uint32{"suid": 0o777, "sgidx": 0o777, "sgid": 02766, "root": 04777} {
+				if got := modeOf(t, up+"/"+name); got != want {
+					t.Errorf("%s: mode %o, want %o", name, got, want)
+				}
+			}
+		})
+	}
+}
+
+func modeBits(m uint32) os.FileMode {
+	var fm os.FileMode
+	if m&04000 != 0 {
+		fm |= os.ModeSetuid
+	}
+	if m&02000 != 0 {
+		fm |= os.ModeSetgid
+	}
+	return fm
+}
+
+// TestKillCapabilityOnWrite: a write removes security.capability, even a
+// privileged one (the kernel's rule: capability removal is not gated by
+// CAP_FSETID).
+func TestKillCapabilityOnWrite(t *testing.T) {
+	lo := openDir(t)
+	write(t, lo+"/capped", "data")
+	os.Chmod(lo+"/capped", 0o777)
+	// v2 capability blob: cap_net_raw+ep.
+	blob := []byte{0, 0, 0, 2, 0, 32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	if err := xattr.Set(lo+"/capped", "security.capability", blob); err != nil {
+		t.Skipf("cannot set security.capability here: %v", err)
+	}
+	mnt, up, _ := nosecMount(t, NoSecOn, lo)
+	run(t, asNobody, "echo x >> "+mnt+"/capped")
+	if _, err := xattr.Get(up+"/capped", "security.capability"); err == nil {
+		t.Errorf("security.capability survived a write")
+	}
+}
+
+// TestNoSecCacheInvalidatedByChmod: the cache said "clean"; chmod u+s
+// through the mount must bring the slow path back, and the next
+// unprivileged write clears suid.
+func TestNoSecCacheInvalidatedByChmod(t *testing.T) {
+	lo := openDir(t)
+	write(t, lo+"/f", "data")
+	os.Chmod(lo+"/f", 0o777)
+	mnt, up, f := nosecMount(t, NoSecOn, lo)
+	run(t, asNobody, "echo x >> "+mnt+"/f; echo y >> "+mnt+"/f")
+	if err := os.Chmod(mnt+"/f", 0o777|os.ModeSetuid); err != nil {
+		t.Fatal(err)
+	}
+	checks := f.privs.Checks.Load()
+	run(t, asNobody, "echo z >> "+mnt+"/f")
+	if got := modeOf(t, up+"/f"); got != 0o777 {
+		t.Errorf("mode %o after chmod u+s and a write, want 777", got)
+	}
+	if f.privs.Checks.Load() == checks {
+		t.Errorf("no privilege check after chmod: the cache was not invalidated")
+	}
+}
+
+// TestNoSecCacheInvalidatedBySetcap: same, with setxattr security.capability.
+func TestNoSecCacheInvalidatedBySetcap(t *testing.T) {
+	lo := openDir(t)
+	write(t, lo+"/f", "data")
+	os.Chmod(lo+"/f", 0o777)
+	mnt, up, _ := nosecMount(t, NoSecOn, lo)
+	run(t, asNobody, "echo x >> "+mnt+"/f")
+	blob := []byte{0, 0, 0, 2, 0, 32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	if err := xattr.Set(mnt+"/f", "security.capability", blob); err != nil {
+		t.Skipf("setcap through the mount: %v", err)
+	}
+	run(t, asNobody, "echo y >> "+mnt+"/f")
+	if _, err := xattr.Get(up+"/f", "security.capability"); err == nil {
+		t.Errorf("capability set after the cache said clean survived a write")
+	}
+}
+
+// TestCapGetxattrPerWrite counts the kernel's GETXATTR(security.capability)
+// round trips: one per write with nosec=off, about one per inode with it on.
+func TestCapGetxattrPerWrite(t *testing.T) {
+	for _, tc := range []struct {
+		mode     NoSecMode
+		min, max uint64
+	}{{NoSecOff, 1000, 1000000}, {NoSecOn, 0, 10}} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			lo := openDir(t)
+			mnt, _, f := nosecMount(t, tc.mode, lo)
+			w, err := os.Create(mnt + "/f")
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 1024)
+			for i := 0; i < 1000; i++ {
+				if _, err := w.Write(buf); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w.Close()
+			if got := f.privs.CapGetxattr.Load(); got < tc.min || got > tc.max {
+				t.Errorf("%d GETXATTR(security.capability) for 1000 writes, want %d..%d", got, tc.min, tc.max)
+			}
+		})
+	}
+}

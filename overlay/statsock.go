@@ -1,0 +1,105 @@
+package overlay
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"path/filepath"
+	"time"
+)
+
+// Stats is what a live mount reports to `goverlay stats`.
+type Stats struct {
+	Mountpoint string `json:"mountpoint"`
+	PID        int    `json:"pid"`
+
+	// NoSec is whether FUSE_HANDLE_KILLPRIV_V2 was negotiated, and why.
+	NoSec       bool   `json:"nosec"`
+	NoSecReason string `json:"nosec_reason"`
+
+	// CapGetxattr counts GETXATTR(security.capability) requests served;
+	// CapGetxattrCached those answered without asking the upper layer.
+	CapGetxattr       uint64 `json:"getxattr_security_capability"`
+	CapGetxattrCached uint64 `json:"getxattr_security_capability_cached"`
+	// PrivChecks counts kill requests that looked at the file;
+	// PrivSkipped those the per-inode NoSec fact answered.
+	PrivChecks  uint64 `json:"priv_checks"`
+	PrivSkipped uint64 `json:"priv_checks_skipped"`
+	KilledSuid  uint64 `json:"killed_suid"`
+	KilledSgid  uint64 `json:"killed_sgid"`
+	KilledCaps  uint64 `json:"killed_caps"`
+
+	CopyUps   uint64 `json:"copy_ups"`
+	Whiteouts uint64 `json:"whiteouts"`
+}
+
+// Stats reads the counters.
+func (f *FS) Stats() Stats {
+	p := &f.privs
+	return Stats{
+		NoSec:             f.nosec,
+		NoSecReason:       f.nosecWhy,
+		CapGetxattr:       p.CapGetxattr.Load(),
+		CapGetxattrCached: p.CapGetxattrCached.Load(),
+		PrivChecks:        p.Checks.Load(),
+		PrivSkipped:       p.Skipped.Load(),
+		KilledSuid:        p.KilledSuid.Load(),
+		KilledSgid:        p.KilledSgid.Load(),
+		KilledCaps:        p.KilledCaps.Load(),
+		CopyUps:           f.stats.copyUps.Load(),
+		Whiteouts:         f.stats.whiteouts.Load(),
+	}
+}
+
+// statsAddr is the control socket of the mount at mountpoint: an abstract
+// unix socket, so nothing appears in the mount or on disk, and nothing is
+// left behind by a daemon that dies.
+func statsAddr(mountpoint string) string {
+	abs, err := filepath.Abs(mountpoint)
+	if err == nil {
+		if r, err := filepath.EvalSymlinks(abs); err == nil {
+			abs = r
+		}
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return "@goverlay-stats-" + hex.EncodeToString(sum[:16])
+}
+
+// serveStats answers each connection with the counters as JSON.
+func (f *FS) serveStats(mountpoint string, pid int) (net.Listener, error) {
+	l, err := net.Listen("unix", statsAddr(mountpoint))
+	if err != nil {
+		return nil, fmt.Errorf("stats socket: %w", err)
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s := f.Stats()
+			s.Mountpoint, s.PID = mountpoint, pid
+			c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			json.NewEncoder(c).Encode(s)
+			c.Close()
+		}
+	}()
+	return l, nil
+}
+
+// ReadStats asks the daemon serving mountpoint for its counters.
+func ReadStats(mountpoint string) (Stats, error) {
+	var s Stats
+	c, err := net.DialTimeout("unix", statsAddr(mountpoint), 5*time.Second)
+	if err != nil {
+		return s, fmt.Errorf("no goverlay mount at %s (%w)", mountpoint, err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if err := json.NewDecoder(c).Decode(&s); err != nil {
+		return s, fmt.Errorf("read stats of %s: %w", mountpoint, err)
+	}
+	return s, nil
+}
