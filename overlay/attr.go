@@ -65,10 +65,18 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			return errno(err)
 		}
 	}
-	if in.Valid&fuse.FATTR_KILL_SUIDGID != 0 && !n.isDir() {
+	switch {
+	case n.isDir():
+	case in.Valid&fuse.FATTR_KILL_SUIDGID != 0:
 		// A truncate by a caller without CAP_FSETID, or any chown
 		// (notes B.3 item 2).
 		if err := n.killPrivs(); err != nil {
+			return errno(err)
+		}
+	case in.Valid&^(fuse.FATTR_FH|fuse.FATTR_LOCKOWNER) == 0 && n.ofs.nosec:
+		// The kernel's file_remove_privs() found something to remove
+		// (passthrough.go).
+		if err := n.killPrivsNow(); err != nil {
 			return errno(err)
 		}
 	}

@@ -18,14 +18,32 @@ import (
 // cache, as fuse-overlayfs does.
 type handle struct {
 	n *node
+	// passthrough is decided at open (node.openMode) and never changes.
+	passthrough bool
 
 	mu    sync.Mutex
 	fd    int
 	upper bool // fd is the upper file's
 }
 
+// newHandle wraps fd, an open file of n (in the upper layer when upper).
 func newHandle(n *node, fd int, upper bool) *handle {
-	return &handle{n: n, fd: fd, upper: upper}
+	h := &handle{n: n, fd: fd, upper: upper}
+	h.passthrough = n.openMode(upper)
+	return h
+}
+
+var _ = (fs.FilePassthroughFder)((*handle)(nil))
+
+// PassthroughFd offers the kernel the upper file to read and write
+// directly (FUSE passthrough), when openMode chose it.
+func (h *handle) PassthroughFd() (int, bool) {
+	if !h.passthrough {
+		return -1, false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.fd, true
 }
 
 var (
@@ -109,6 +127,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	}
 	err := unix.Close(h.fd)
 	h.fd = -1
+	h.n.closed(h.passthrough)
 	return errno(err)
 }
 

@@ -33,6 +33,9 @@ type Options struct {
 	NoFsync bool
 	// NoSec is the -o nosec= setting.
 	NoSec NoSecMode
+	// Passthrough lets the kernel read and write upper files directly
+	// (Linux 6.9+, root); see passthrough.go.
+	Passthrough bool
 
 	// FsName is the mount's source as /proc/mounts shows it.
 	FsName string
@@ -190,10 +193,9 @@ func (f *FS) fsOptions() *fs.Options {
 		// when its KILL_SUIDGID flags say so (rawFS, killPrivs).
 		mo.ExtraCapabilities |= fuse.CAP_HANDLE_KILLPRIV_V2
 	}
-	// Passthrough stays off until privilege removal owns it (go-fuse
-	// keeps one backing file per node: a file opened before its copy-up
-	// would keep the lower file as backing for later writers).
-	mo.DisabledCapabilities |= fuse.CAP_PASSTHROUGH
+	if !f.opts.Passthrough {
+		mo.DisabledCapabilities |= fuse.CAP_PASSTHROUGH
+	}
 	return o
 }
 

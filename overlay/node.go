@@ -39,6 +39,9 @@ type node struct {
 	// parent and name locate a non-directory.
 	parent lower.Member
 	name   string
+	// openCached and openPassthrough count the open handles by I/O
+	// mode: the kernel refuses to mix the two on one inode (ETXTBSY).
+	openCached, openPassthrough int
 }
 
 func (f *FS) newRoot() *node {

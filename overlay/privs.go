@@ -21,6 +21,12 @@ func (n *node) killPrivs() error {
 		c.Skipped.Add(1)
 		return nil
 	}
+	return n.killPrivsNow()
+}
+
+// killPrivsNow strips n whatever NoSec says.
+func (n *node) killPrivsNow() error {
+	c := &n.ofs.privs
 	c.Checks.Add(1)
 	gen := n.nosec.Begin()
 	par, name := n.location()

@@ -54,10 +54,22 @@ func modeOf(t *testing.T, path string) uint32 {
 	return st.Mode & 07777
 }
 
-func nosecMount(t *testing.T, mode NoSecMode, lowers ...string) (mnt, up string, f *FS) {
+// matrix is {nosec on, off} × {passthrough on, off}.
+var matrix = []struct {
+	name        string
+	mode        NoSecMode
+	passthrough bool
+}{
+	{"nosec-on", NoSecOn, false},
+	{"nosec-on+passthrough", NoSecOn, true},
+	{"nosec-off", NoSecOff, false},
+	{"nosec-off+passthrough", NoSecOff, true},
+}
+
+func nosecMount(t *testing.T, mode NoSecMode, passthrough bool, lowers ...string) (mnt, up string, f *FS) {
 	t.Helper()
 	up, work := openDir(t), openDir(t)
-	o := Options{Lower: lowers, Upper: up, Work: work, NoSec: mode, AllowOther: true}
+	o := Options{Lower: lowers, Upper: up, Work: work, NoSec: mode, Passthrough: passthrough, AllowOther: true}
 	mnt, f = mountFS(t, o)
 	return mnt, up, f
 }
@@ -65,14 +77,14 @@ func nosecMount(t *testing.T, mode NoSecMode, lowers ...string) (mnt, up string,
 // TestKillPrivsOnWrite: a write by a caller without CAP_FSETID clears suid,
 // and sgid where the group may execute; a privileged write keeps them.
 func TestKillPrivsOnWrite(t *testing.T) {
-	for _, mode := range []NoSecMode{NoSecOn, NoSecOff} {
-		t.Run(mode.String(), func(t *testing.T) {
+	for _, m := range matrix {
+		t.Run(m.name, func(t *testing.T) {
 			lo := openDir(t)
 			for name, m := range map[string]uint32{"suid": 04777, "sgidx": 02777, "sgid": 02766, "root": 04777} {
 				write(t, lo+"/"+name, "data")
 				os.Chmod(lo+"/"+name, os.FileMode(m&0o777)|modeBits(m))
 			}
-			mnt, up, _ := nosecMount(t, mode, lo)
+			mnt, up, f := nosecMount(t, m.mode, m.passthrough, lo)
 			run(t, asNobody, "echo x >> "+mnt+"/suid")
 			run(t, noFsetid, "echo x >> "+mnt+"/sgidx")
 			run(t, asNobody, "echo x >> "+mnt+"/sgid")
@@ -81,6 +93,9 @@ func TestKillPrivsOnWrite(t *testing.T) {
 				if got := modeOf(t, up+"/"+name); got != want {
 					t.Errorf("%s: mode %o, want %o", name, got, want)
 				}
+			}
+			if got := f.stats.opensPassthrough.Load() > 0; got != m.passthrough {
+				t.Errorf("passthrough opens: %v, want %v", got, m.passthrough)
 			}
 		})
 	}
@@ -109,7 +124,7 @@ func TestKillCapabilityOnWrite(t *testing.T) {
 	if err := xattr.Set(lo+"/capped", "security.capability", blob); err != nil {
 		t.Skipf("cannot set security.capability here: %v", err)
 	}
-	mnt, up, _ := nosecMount(t, NoSecOn, lo)
+	mnt, up, _ := nosecMount(t, NoSecOn, true, lo)
 	run(t, asNobody, "echo x >> "+mnt+"/capped")
 	if _, err := xattr.Get(up+"/capped", "security.capability"); err == nil {
 		t.Errorf("security.capability survived a write")
@@ -123,7 +138,7 @@ func TestNoSecCacheInvalidatedByChmod(t *testing.T) {
 	lo := openDir(t)
 	write(t, lo+"/f", "data")
 	os.Chmod(lo+"/f", 0o777)
-	mnt, up, f := nosecMount(t, NoSecOn, lo)
+	mnt, up, f := nosecMount(t, NoSecOn, true, lo)
 	run(t, asNobody, "echo x >> "+mnt+"/f; echo y >> "+mnt+"/f")
 	if err := os.Chmod(mnt+"/f", 0o777|os.ModeSetuid); err != nil {
 		t.Fatal(err)
@@ -143,7 +158,7 @@ func TestNoSecCacheInvalidatedBySetcap(t *testing.T) {
 	lo := openDir(t)
 	write(t, lo+"/f", "data")
 	os.Chmod(lo+"/f", 0o777)
-	mnt, up, _ := nosecMount(t, NoSecOn, lo)
+	mnt, up, _ := nosecMount(t, NoSecOn, true, lo)
 	run(t, asNobody, "echo x >> "+mnt+"/f")
 	blob := []byte{0, 0, 0, 2, 0, 32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 	if err := xattr.Set(mnt+"/f", "security.capability", blob); err != nil {
@@ -164,7 +179,7 @@ func TestCapGetxattrPerWrite(t *testing.T) {
 	}{{NoSecOff, 1000, 1000000}, {NoSecOn, 0, 10}} {
 		t.Run(tc.mode.String(), func(t *testing.T) {
 			lo := openDir(t)
-			mnt, _, f := nosecMount(t, tc.mode, lo)
+			mnt, _, f := nosecMount(t, tc.mode, false, lo)
 			w, err := os.Create(mnt + "/f")
 			if err != nil {
 				t.Fatal(err)

@@ -6,4 +6,6 @@ import "sync/atomic"
 type stats struct {
 	copyUps   atomic.Uint64
 	whiteouts atomic.Uint64
+	// opens by the I/O mode they got
+	opensPassthrough, opensCached atomic.Uint64
 }

@@ -33,6 +33,10 @@ type Stats struct {
 
 	CopyUps   uint64 `json:"copy_ups"`
 	Whiteouts uint64 `json:"whiteouts"`
+	// OpensPassthrough and OpensCached count file opens by the I/O mode
+	// they were offered.
+	OpensPassthrough uint64 `json:"opens_passthrough"`
+	OpensCached      uint64 `json:"opens_cached"`
 }
 
 // Stats reads the counters.
@@ -50,6 +54,8 @@ func (f *FS) Stats() Stats {
 		KilledCaps:        p.KilledCaps.Load(),
 		CopyUps:           f.stats.copyUps.Load(),
 		Whiteouts:         f.stats.whiteouts.Load(),
+		OpensPassthrough:  f.stats.opensPassthrough.Load(),
+		OpensCached:       f.stats.opensCached.Load(),
 	}
 }
 

@@ -1,0 +1,47 @@
+package overlay
+
+// Passthrough (Linux 6.9+): the kernel reads and writes an open file's
+// backing file itself, without a request to the daemon.
+//
+// Only files already in the upper layer are opened in passthrough mode.
+// go-fuse keeps one backing file per node, and the kernel one per inode:
+// a lower file opened that way would stay the backing file of its node
+// after a copy-up, and a later writer would write the lower layer. A lower
+// file opened for writing is copied up first, so writers do get
+// passthrough.
+//
+// Privileges (notes B.2, the passthrough trap): a passthrough write never
+// reaches the daemon and runs with the daemon's credentials, so neither
+// the WRITE kill flag nor the backing filesystem clears suid. What does
+// reach the daemon, before the write, is the kernel's own attempt to
+// remove privileges through file_remove_privs() on the FUSE inode: with
+// FUSE_HANDLE_KILLPRIV_V2 it arrives as an empty SETATTR (no attribute
+// bits). Setattr takes an empty SETATTR on a regular file as that request
+// and strips the file (killPrivsNow).
+
+// openMode decides the I/O mode of a new handle of n and counts it:
+// passthrough for an upper file unless a cached handle is open.
+func (n *node) openMode(upper bool) (passthrough bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	passthrough = upper && n.ofs.opts.Passthrough && n.openCached == 0
+	if passthrough {
+		n.openPassthrough++
+		n.ofs.stats.opensPassthrough.Add(1)
+	} else {
+		n.openCached++
+		n.ofs.stats.opensCached.Add(1)
+	}
+	return passthrough
+}
+
+// closed uncounts a released handle.
+func (n *node) closed(passthrough bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if passthrough {
+		n.openPassthrough--
+	} else {
+		n.openCached--
+	}
+}
