@@ -121,6 +121,14 @@ func (n *node) copyUp(ctx context.Context, data bool) error {
 	n.mu.Unlock()
 	n.invalidateNoSec()
 	n.ofs.stats.copyUps.Add(1)
+	if st.Nlink > 1 {
+		// The name is now a file of its own with its own inode
+		// number, which this node (numbered after the lower file)
+		// cannot report: let the kernel look the name up again. Open
+		// handles keep this node and the upper file. Asynchronous: a
+		// notification must not wait on a request in flight.
+		go p.NotifyEntry(name)
+	}
 	return nil
 }
 

@@ -254,6 +254,20 @@ func TestLowerHardlinksDoNotAlias(t *testing.T) {
 	if got := readFile(t, mnt+"/a"); got != "orig\nmore\n" {
 		t.Errorf("a: %q", got)
 	}
+	// As with the kernel overlay (no index): a is now a file of its own.
+	// (The kernel is told to look a up again asynchronously; dropping its
+	// dentries makes the check independent of that timing.)
+	os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0)
+	var sa, sb unix.Stat_t
+	if err := unix.Lstat(mnt+"/a", &sa); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Lstat(mnt+"/b", &sb); err != nil {
+		t.Fatal(err)
+	}
+	if sa.Ino == sb.Ino || sa.Nlink != 1 || sb.Nlink != 2 {
+		t.Errorf("after copy-up: a ino %d nlink %d, b ino %d nlink %d; want distinct inos, nlink 1 and 2", sa.Ino, sa.Nlink, sb.Ino, sb.Nlink)
+	}
 }
 
 func TestConcurrentCopyUps(t *testing.T) {
