@@ -1,0 +1,409 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/goverlay/goverlay/overlay"
+)
+
+// optStatus says what goverlay does with a -o option.
+type optStatus int
+
+const (
+	// optSupported options are implemented by goverlay itself.
+	optSupported optStatus = iota
+	// optKernel options are mount flags handed to the kernel.
+	optKernel
+	// optIgnored options are accepted and have no effect by design.
+	optIgnored
+	// optNotYet options are fuse-overlayfs or kernel overlayfs features
+	// goverlay does not implement yet: accepted with a warning, so that
+	// callers written for fuse-overlayfs (podman, buildah) keep working.
+	optNotYet
+)
+
+func (s optStatus) String() string {
+	switch s {
+	case optSupported:
+		return "supported"
+	case optKernel:
+		return "kernel flag"
+	case optIgnored:
+		return "ignored"
+	default:
+		return "not implemented yet"
+	}
+}
+
+// optionInfo describes one -o key. Arg is the value's placeholder; an
+// empty Arg on a supported or kernel option means the option is a flag and
+// must not carry a value, a non-empty one means it needs a value. Ignored and
+// not-yet options take whatever they are given.
+type optionInfo struct {
+	Key    string
+	Arg    string
+	Status optStatus
+	Desc   string
+}
+
+// optionTable is the single list of every -o key goverlay knows. The parser,
+// --help and --options-markdown (for the README) all read it; a test checks
+// that the parser handles each entry as its Status says.
+var optionTable = []optionInfo{
+	{"lowerdir", "DIR[:DIR...]", optSupported, `read-only layers, topmost first; "\:" escapes a colon inside a path`},
+	{"upperdir", "DIR", optSupported, "writable layer; needs workdir"},
+	{"workdir", "DIR", optSupported, "scratch directory on the upperdir's filesystem; needs upperdir"},
+	{"userxattr", "", optSupported, `keep overlay metadata in "user.overlay.*" instead of "trusted.overlay.*" xattrs`},
+	{"ro", "", optSupported, "mount read-only, even with an upperdir; wins over rw"},
+	{"fsname", "NAME", optSupported, `source shown in /proc/mounts (default: the SOURCE argument, else "goverlay")`},
+	{"allow_other", "", optSupported, "let other users use the mount; always on when run as root"},
+	{"default_permissions", "", optSupported, "accepted; the kernel always checks permissions against the layers' modes"},
+	{"debug", "", optSupported, "log every FUSE request, like -d but without implying -f"},
+	{"fsync", "1|0", optSupported, "fsync=0: do not fsync a copy-up before publishing it (fuse-overlayfs); faster, not crash-safe"},
+	{"volatile", "", optSupported, "same as fsync=0 (kernel overlayfs; podman passes it for --volatile containers)"},
+	{"nosec", "inherit|on|off", optSupported, "let the kernel skip the security.capability check on writes: inherit (default) when the upper filesystem is local, on, or off"},
+	{"passthrough", "on|off", optSupported, "on (default): the kernel reads and writes files of the upper layer directly (FUSE passthrough; Linux 6.9+, root); off: every read and write goes through goverlay"},
+	{"noacl", "", optSupported, "do not enforce POSIX ACLs (fuse-overlayfs)"},
+
+	{"rw", "", optKernel, "default; dropped"},
+	{"nosuid", "", optKernel, "ignore set-user/group-ID bits; wins over suid"},
+	{"suid", "", optKernel, "honour set-user/group-ID bits; the default when run as root, as in fuse-overlayfs"},
+	{"nodev", "", optKernel, "no device files (FUSE's default); wins over dev"},
+	{"dev", "", optKernel, "allow device files"},
+	{"noexec", "", optKernel, "forbid execution; wins over exec"},
+	{"exec", "", optKernel, "default; dropped"},
+	{"sync", "", optKernel, "synchronous I/O; wins over async"},
+	{"async", "", optKernel, "default; dropped"},
+	{"dirsync", "", optKernel, "synchronous directory changes"},
+	{"lazytime", "", optKernel, "update timestamps lazily"},
+	{"noatime", "", optKernel, "no access-time updates; the last of noatime/relatime/atime wins"},
+	{"relatime", "", optKernel, "the kernel's default; dropped"},
+	{"atime", "", optKernel, "default; dropped"},
+	{"nodiratime", "", optKernel, "no access-time updates on directories; the last of nodiratime/diratime wins"},
+	{"diratime", "", optKernel, "default; dropped"},
+
+	{"subtype", "NAME", optIgnored, "the type is always fuse.goverlay"},
+
+	{"uidmapping", "ID:HOSTID:LEN[:...]", optNotYet, "map file owners between the mount and the layers (fuse-overlayfs)"},
+	{"gidmapping", "ID:HOSTID:LEN[:...]", optNotYet, "map file groups between the mount and the layers (fuse-overlayfs)"},
+	{"squash_to_root", "", optNotYet, "show every file as owned by root (fuse-overlayfs)"},
+	{"squash_to_uid", "UID", optNotYet, "show every file as owned by UID (fuse-overlayfs)"},
+	{"squash_to_gid", "GID", optNotYet, "show every file as owned by GID (fuse-overlayfs)"},
+	{"static_nlink", "", optNotYet, "report a link count of 1 for directories (fuse-overlayfs)"},
+	{"xattr_permissions", "0|1|2", optNotYet, "keep owners and modes in an xattr; containers/storage force_mask (fuse-overlayfs)"},
+	{"threaded", "0|1", optNotYet, "threading mode (fuse-overlayfs)"},
+	{"writeback", "0|1", optNotYet, "kernel writeback cache (fuse-overlayfs)"},
+	{"timeout", "SECONDS", optNotYet, "kernel cache timeout for names and attributes (fuse-overlayfs)"},
+	{"fast_ino", "0|1", optNotYet, "cheaper inode numbering (fuse-overlayfs)"},
+	{"noxattrs", "0|1|2", optNotYet, "disable extended attributes (fuse-overlayfs)"},
+	{"plugins", "PATH[:PATH...]", optNotYet, "layer-format plugins (fuse-overlayfs)"},
+	{"context", `"LABEL"`, optNotYet, "SELinux context for every file (containers/storage passes it)"},
+	{"xino", "on|off|auto", optNotYet, "inode-number scheme (kernel overlayfs)"},
+	{"redirect_dir", "on|off|follow|nofollow", optNotYet, "directory renames by redirect (kernel overlayfs)"},
+	{"index", "on|off", optNotYet, "hard-link index (kernel overlayfs)"},
+	{"metacopy", "on|off", optNotYet, "copy up metadata only (kernel overlayfs)"},
+	{"nfs_export", "on|off", optNotYet, "NFS export support (kernel overlayfs)"},
+}
+
+// optionByKey indexes optionTable.
+var optionByKey = func() map[string]*optionInfo {
+	m := make(map[string]*optionInfo, len(optionTable))
+	for i := range optionTable {
+		m[optionTable[i].Key] = &optionTable[i]
+	}
+	return m
+}()
+
+// optState accumulates the -o strings of one command line: several -o
+// flags add up, and a key given twice keeps its last value.
+type optState struct {
+	cfg    *config
+	given  map[string]bool // value options seen, to warn about repeats
+	flags  []string        // kernel flags in the order given
+	warned map[string]bool // keys already warned about
+}
+
+func newOptState(cfg *config) *optState {
+	return &optState{cfg: cfg, given: map[string]bool{}, warned: map[string]bool{}}
+}
+
+func (st *optState) warnOnce(key, format string, a ...any) {
+	if st.warned[key] {
+		return
+	}
+	st.warned[key] = true
+	st.cfg.Warnings = append(st.cfg.Warnings, fmt.Sprintf(format, a...))
+}
+
+// parse applies one -o string.
+func (st *optState) parse(s string) error {
+	items, err := splitOptions(s)
+	if err != nil {
+		return err
+	}
+	for _, item := range items {
+		if item == "" {
+			// podman builds "...,workdir=W,,volatile" when an optional
+			// piece is empty; the kernel and fuse-overlayfs skip it.
+			continue
+		}
+		if err := st.apply(item); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apply handles one option in escaped form (see splitOptions).
+func (st *optState) apply(item string) error {
+	rawKey, raw, hasValue := cutUnescaped(item, '=')
+	key := unescape(rawKey)
+	if key == "" {
+		return failf(exitUsage, "option %q has no name; write KEY or KEY=VALUE", unescape(item))
+	}
+	info := optionByKey[key]
+	if info == nil {
+		// fuse-overlayfs ignores unknown options too ("unknown argument
+		// ignored"), which lets callers pass kernel-overlayfs options.
+		st.warnOnce(key, "unknown option %q ignored", key)
+		return nil
+	}
+	switch info.Status {
+	case optNotYet:
+		st.warnOnce(key, "option %q is not implemented yet, ignored", key)
+		return nil
+	case optIgnored:
+		return nil
+	}
+	if info.Arg == "" && hasValue {
+		return failf(exitUsage, "option %q takes no value (got %q); write just %s", key, unescape(item), key)
+	}
+	if info.Arg != "" && (!hasValue || raw == "") {
+		return failf(exitUsage, "option %q needs a value, as in %s=%s", key, key, info.Arg)
+	}
+	if info.Arg != "" {
+		if st.given[key] {
+			st.warnOnce(key+"=", "option %q given more than once; the last one wins", key)
+		}
+		st.given[key] = true
+	}
+	return st.set(key, raw)
+}
+
+// set stores a known, well-formed option.
+func (st *optState) set(key, raw string) error {
+	c := st.cfg
+	switch key {
+	case "lowerdir":
+		dirs, err := splitLowerdir(raw)
+		if err != nil {
+			return err
+		}
+		c.Lower = dirs
+	case "upperdir":
+		c.Upper = unescape(raw)
+	case "workdir":
+		c.Work = unescape(raw)
+	case "fsname":
+		c.FsName = unescape(raw)
+	case "userxattr":
+		c.UserXattr = true
+	case "allow_other":
+		c.AllowOther = true
+	case "debug":
+		c.Debug = true
+	case "fsync":
+		switch v := unescape(raw); v {
+		case "0", "1":
+			c.NoFsync = v == "0"
+		default:
+			return failf(exitUsage, "option \"fsync\" is 0 or 1, not %q; write fsync=0 or fsync=1", v)
+		}
+	case "volatile":
+		c.NoFsync = true
+	case "nosec":
+		mode, err := overlay.ParseNoSec(unescape(raw))
+		if err != nil {
+			return failf(exitUsage, "option \"nosec\" is inherit, on or off, not %q; write nosec=inherit, nosec=on or nosec=off", unescape(raw))
+		}
+		c.NoSec = mode
+	case "passthrough":
+		switch v := unescape(raw); v {
+		case "on", "off":
+			c.NoPassthrough = v == "off"
+		default:
+			return failf(exitUsage, "option \"passthrough\" is on or off, not %q; write passthrough=on or passthrough=off", v)
+		}
+	case "noacl":
+		c.NoACL = true
+	case "default_permissions":
+		// Always on: overlay.FS lets the kernel check permissions.
+	default: // kernel flags, "ro" among them
+		st.flags = append(st.flags, key)
+	}
+	return nil
+}
+
+// finish resolves the kernel flags once every -o string is in.
+func (st *optState) finish() {
+	c := st.cfg
+	c.KernelOptions = st.resolveFlags()
+	c.ReadOnly = slices.Contains(c.KernelOptions, "ro")
+}
+
+// resolveFlags turns the flags as given into what the kernel gets. Flags
+// that only restate a default are dropped. Of an opposite pair that limits
+// what the mount allows, the restrictive one wins whatever the order, so a
+// caller appending "suid" cannot undo another's "nosuid". The atime family
+// only tunes behaviour, so there the last one wins as in mount(8).
+// "suid" and "dev" are not defaults on FUSE (the kernel mount defaults to
+// nosuid,nodev, as libfuse and go-fuse do), so they are passed on.
+func (st *optState) resolveFlags() []string {
+	has := map[string]bool{}
+	for _, f := range st.flags {
+		has[f] = true
+	}
+	last := func(names ...string) string {
+		for i := len(st.flags) - 1; i >= 0; i-- {
+			if slices.Contains(names, st.flags[i]) {
+				return st.flags[i]
+			}
+		}
+		return ""
+	}
+	var out []string
+	restrictive := func(strict, loose string, keepLoose bool) {
+		switch {
+		case has[strict] && has[loose]:
+			st.warnOnce(strict+"/"+loose, "options %q and %q both given; %q wins", strict, loose, strict)
+			out = append(out, strict)
+		case has[strict]:
+			out = append(out, strict)
+		case has[loose] && keepLoose:
+			out = append(out, loose)
+		}
+	}
+	restrictive("ro", "rw", false)
+	restrictive("nosuid", "suid", true)
+	restrictive("nodev", "dev", true)
+	restrictive("noexec", "exec", false)
+	restrictive("sync", "async", false)
+	for _, f := range []string{"dirsync", "lazytime"} {
+		if has[f] {
+			out = append(out, f)
+		}
+	}
+	if last("noatime", "relatime", "atime") == "noatime" {
+		out = append(out, "noatime")
+	}
+	if last("nodiratime", "diratime") == "nodiratime" {
+		out = append(out, "nodiratime")
+	}
+	return out
+}
+
+// splitOptions splits an option string on commas into options in escaped
+// form: a backslash escape is kept as it is (so that lowerdir can still
+// tell "\:" from ":"), and a double-quoted stretch loses its quotes and has
+// its special characters escaped instead, so quoting and escaping mean the
+// same thing from here on. containers/storage quotes SELinux labels
+// (context="system_u:object_r:container_file_t:s0:c1,c2"), whose commas
+// must not split. A lone backslash at the very end stands for itself.
+func splitOptions(s string) ([]string, error) {
+	var items []string
+	var cur strings.Builder
+	inQuote := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case inQuote && c == '"':
+			inQuote = false
+		case inQuote:
+			if strings.IndexByte(`\,:="`, c) >= 0 {
+				cur.WriteByte('\\')
+			}
+			cur.WriteByte(c)
+		case c == '"':
+			inQuote = true
+		case c == '\\' && i+1 < len(s):
+			cur.WriteByte(c)
+			cur.WriteByte(s[i+1])
+			i++
+		case c == '\\':
+			cur.WriteString(`\\`)
+		case c == ',':
+			items = append(items, cur.String())
+			cur.Reset()
+		default:
+			cur.WriteByte(c)
+		}
+	}
+	if inQuote {
+		return nil, failf(exitUsage, "unterminated quote in option string %q; close the quote", s)
+	}
+	return append(items, cur.String()), nil
+}
+
+// cutUnescaped is strings.Cut for escaped text: it splits at the first sep
+// that is not preceded by an escaping backslash.
+func cutUnescaped(s string, sep byte) (before, after string, found bool) {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case sep:
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+// splitUnescaped splits escaped text at every unescaped sep.
+func splitUnescaped(s string, sep byte) []string {
+	var parts []string
+	for {
+		before, after, found := cutUnescaped(s, sep)
+		parts = append(parts, before)
+		if !found {
+			return parts
+		}
+		s = after
+	}
+}
+
+// unescape turns escaped text into the literal value: "\x" becomes "x".
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) {
+			i++
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// splitLowerdir splits lowerdir's escaped value into its layers. Kernel
+// overlayfs reads "::" as the start of data-only layers; goverlay has no
+// such layers, and an empty path is a typo anyway, so both are errors
+// rather than silently dropped layers.
+func splitLowerdir(raw string) ([]string, error) {
+	parts := splitUnescaped(raw, ':')
+	dirs := make([]string, 0, len(parts))
+	for i, p := range parts {
+		if p != "" {
+			dirs = append(dirs, unescape(p))
+			continue
+		}
+		if i > 0 && i < len(parts)-1 {
+			return nil, failf(exitUsage, "lowerdir %q has an empty layer between colons; data-only layers (\"::\") are not supported, remove the extra colon", raw)
+		}
+		return nil, failf(exitUsage, "lowerdir %q starts or ends with a colon; remove the stray colon", raw)
+	}
+	return dirs, nil
+}

@@ -1,0 +1,364 @@
+package main
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"golang.org/x/sys/unix"
+)
+
+// The checks below run before anything is mounted, so that a mistake ends
+// with one line saying what is wrong and how to fix it, instead of a mount
+// that fails half-way or, worse, one that works and misbehaves. Each check
+// is a function of paths so that tests can exercise it on temp dirs.
+
+// Hooks for tests; they are the real system calls otherwise.
+var (
+	devFusePath = "/dev/fuse"
+	faccessat   = unix.Faccessat
+	statfs      = unix.Statfs
+	geteuid     = os.Geteuid
+)
+
+// layerRef is one directory of the stack with its role for messages.
+type layerRef struct {
+	role string // "lowerdir", "upperdir" or "workdir"
+	path string
+}
+
+func (c *config) layerRefs() []layerRef {
+	var refs []layerRef
+	for _, l := range c.Lower {
+		refs = append(refs, layerRef{"lowerdir", l})
+	}
+	if c.Upper != "" {
+		refs = append(refs, layerRef{"upperdir", c.Upper})
+	}
+	if c.Work != "" {
+		refs = append(refs, layerRef{"workdir", c.Work})
+	}
+	return refs
+}
+
+// validate runs every check in the order a user would fix things: the
+// command line, then each path, then how the paths relate, then FUSE.
+func validate(c *config) error {
+	if err := checkRequired(c); err != nil {
+		return err
+	}
+	refs := c.layerRefs()
+	for _, r := range refs {
+		if err := checkDir(r.role, r.path); err != nil {
+			return err
+		}
+	}
+	if err := checkDir("mountpoint", c.Mountpoint); err != nil {
+		return err
+	}
+	if err := checkDistinct(refs); err != nil {
+		return err
+	}
+	if err := checkNesting(refs, c.Mountpoint); err != nil {
+		return err
+	}
+	if c.Upper != "" {
+		if err := checkSameFilesystem(c.Upper, c.Work); err != nil {
+			return err
+		}
+		// A read-only mount never writes to its upper; kernel
+		// overlayfs, too, accepts an upper on a read-only filesystem
+		// then.
+		if !c.ReadOnly {
+			if err := checkWritable("upperdir", c.Upper); err != nil {
+				return err
+			}
+			if err := checkWritable("workdir", c.Work); err != nil {
+				return err
+			}
+		}
+	}
+	return checkDevFuse()
+}
+
+// checkRequired checks the options that must be given together. These are
+// command-line mistakes, hence exitUsage.
+func checkRequired(c *config) error {
+	switch {
+	case len(c.Lower) == 0:
+		return failf(exitUsage, "no lowerdir given; add -o lowerdir=DIR[:DIR...] (topmost layer first)")
+	case c.Upper != "" && c.Work == "":
+		return failf(exitUsage, "upperdir is given without workdir; add workdir=DIR on the upperdir's filesystem, or drop upperdir for a read-only overlay")
+	case c.Work != "" && c.Upper == "":
+		return failf(exitUsage, "workdir is given without upperdir; add upperdir=DIR, or drop workdir for a read-only overlay")
+	}
+	return nil
+}
+
+// fileID is what the checks need from stat(2).
+type fileID struct {
+	mode     uint32
+	dev, ino uint64
+}
+
+// statSync stats path bypassing cached attributes. A dead FUSE mount
+// answers a plain stat(2) of its root from the attribute cache, so only a
+// forced refresh reports ENOTCONN there.
+func statSync(path string) (fileID, error) {
+	var stx unix.Statx_t
+	err := unix.Statx(unix.AT_FDCWD, path, unix.AT_STATX_FORCE_SYNC, unix.STATX_TYPE|unix.STATX_MODE|unix.STATX_INO, &stx)
+	if err == nil {
+		return fileID{uint32(stx.Mode), unix.Mkdev(stx.Dev_major, stx.Dev_minor), stx.Ino}, nil
+	}
+	if !errors.Is(err, unix.ENOSYS) {
+		return fileID{}, err
+	}
+	var st unix.Stat_t // kernels before 4.11
+	if err := unix.Stat(path, &st); err != nil {
+		return fileID{}, err
+	}
+	return fileID{st.Mode, uint64(st.Dev), st.Ino}, nil
+}
+
+// checkDir checks that path exists and is a directory.
+func checkDir(role, path string) error {
+	st, err := statSync(path)
+	if err != nil {
+		return statProblem(role, path, err)
+	}
+	if st.mode&unix.S_IFMT != unix.S_IFDIR {
+		return failf(exitBadLayer, "%s %s is not a directory; give a directory", role, show(path))
+	}
+	return nil
+}
+
+// statProblem explains a failed stat(2) of a layer or the mountpoint.
+func statProblem(role, path string, err error) error {
+	p := show(path)
+	switch {
+	case errors.Is(err, unix.ENOTCONN):
+		// A FUSE server died without unmounting: the mount stays and
+		// every access fails until someone detaches it.
+		return failf(exitBadLayer, "%s %s is a dead FUSE mount (transport endpoint is not connected); clear it with: fusermount3 -u %s (or: umount -l %s)", role, p, shellQuote(path), shellQuote(path))
+	case errors.Is(err, unix.ENOENT):
+		return failf(exitBadLayer, "%s %s does not exist; create it or fix the path", role, p)
+	case errors.Is(err, unix.ENOTDIR):
+		return failf(exitBadLayer, "%s %s does not exist (part of the path is not a directory); fix the path", role, p)
+	case errors.Is(err, unix.EACCES):
+		return failf(exitBadLayer, "%s %s cannot be reached (permission denied); give uid %d search permission on its parent directories", role, p, geteuid())
+	case errors.Is(err, unix.ELOOP):
+		return failf(exitBadLayer, "%s %s has a symbolic-link loop; fix the link", role, p)
+	}
+	return failf(exitBadLayer, "cannot stat %s %s: %w; check the path", role, p, err)
+}
+
+// checkDistinct rejects a directory used twice in the stack. It compares
+// (st_dev, st_ino), so a symlink, a bind mount or "a/../a" spelling of the
+// same directory is caught too.
+func checkDistinct(refs []layerRef) error {
+	type key struct{ dev, ino uint64 }
+	seen := map[key]layerRef{}
+	for _, r := range refs {
+		st, err := statSync(r.path)
+		if err != nil {
+			return statProblem(r.role, r.path, err)
+		}
+		k := key{st.dev, st.ino}
+		if prev, ok := seen[k]; ok {
+			return failf(exitBadLayer, "%s %s and %s %s are the same directory; every layer needs its own directory",
+				prev.role, show(prev.path), r.role, show(r.path))
+		}
+		seen[k] = r
+	}
+	return nil
+}
+
+// checkNesting rejects layers that contain one another where it breaks the
+// overlay: workdir and upperdir (a copy-up renames from one into the other,
+// and the kernel overlayfs refuses it too), and any layer and the
+// mountpoint (the mount would hide the layer, or the overlay would show
+// itself inside itself). Symbolic links are resolved first; a path equal
+// to the other counts as inside.
+func checkNesting(refs []layerRef, mountpoint string) error {
+	realMnt, err := realPath("mountpoint", mountpoint)
+	if err != nil {
+		return err
+	}
+	var upper, work *layerRef
+	var realUpper, realWork string
+	for i := range refs {
+		r := &refs[i]
+		real, err := realPath(r.role, r.path)
+		if err != nil {
+			return err
+		}
+		switch {
+		case real == realMnt:
+			return failf(exitBadLayer, "mountpoint %s is the %s itself; mount the overlay on a directory outside every layer", describe(mountpoint, realMnt), r.role)
+		case within(real, realMnt):
+			return failf(exitBadLayer, "%s %s is inside the mountpoint %s; the mount would hide it, move the layer or the mountpoint", r.role, describe(r.path, real), describe(mountpoint, realMnt))
+		case within(realMnt, real):
+			return failf(exitBadLayer, "mountpoint %s is inside %s %s; the overlay would contain itself, mount it outside every layer", describe(mountpoint, realMnt), r.role, describe(r.path, real))
+		}
+		switch r.role {
+		case "upperdir":
+			upper, realUpper = r, real
+		case "workdir":
+			work, realWork = r, real
+		}
+	}
+	if upper == nil || work == nil {
+		return nil
+	}
+	if within(realWork, realUpper) {
+		return failf(exitBadLayer, "workdir %s is inside upperdir %s; use two separate directories, neither inside the other", describe(work.path, realWork), describe(upper.path, realUpper))
+	}
+	if within(realUpper, realWork) {
+		return failf(exitBadLayer, "upperdir %s is inside workdir %s; use two separate directories, neither inside the other", describe(upper.path, realUpper), describe(work.path, realWork))
+	}
+	return nil
+}
+
+// checkSameFilesystem checks that workdir and upperdir share a filesystem:
+// a copy-up is prepared in workdir and renamed into upperdir, and rename(2)
+// does not cross filesystems.
+func checkSameFilesystem(upper, work string) error {
+	su, err := statSync(upper)
+	if err != nil {
+		return statProblem("upperdir", upper, err)
+	}
+	sw, err := statSync(work)
+	if err != nil {
+		return statProblem("workdir", work, err)
+	}
+	if su.dev != sw.dev {
+		return failf(exitBadLayer, "workdir %s is on another filesystem than upperdir %s; put both on one filesystem", show(work), show(upper))
+	}
+	return nil
+}
+
+// checkWritable checks that the effective user may create entries in a
+// writable layer. access(2) alone lets root through everywhere except a
+// read-only filesystem, which statfs reports; both are checked so that the
+// message can say which problem it is.
+func checkWritable(role, path string) error {
+	var sfs unix.Statfs_t
+	if err := statfs(path, &sfs); err == nil && sfs.Flags&unix.ST_RDONLY != 0 {
+		return roFilesystem(role, path)
+	}
+	if err := faccessat(unix.AT_FDCWD, path, unix.W_OK|unix.X_OK, unix.AT_EACCESS); err != nil {
+		if errors.Is(err, unix.EROFS) {
+			return roFilesystem(role, path)
+		}
+		return failf(exitBadLayer, "%s %s is not writable (%w); give uid %d write permission or pick another directory", role, show(path), err, geteuid())
+	}
+	return nil
+}
+
+func roFilesystem(role, path string) error {
+	return failf(exitBadLayer, "%s %s is on a read-only filesystem; remount it read-write, or add -o ro for a read-only overlay", role, show(path))
+}
+
+// checkDevFuse opens /dev/fuse the way the mount will. A root user needs it
+// directly (go-fuse mounts with mount(2)); others can do without it when a
+// setuid-root fusermount3 opens it for them.
+func checkDevFuse() error {
+	f, err := os.OpenFile(devFusePath, os.O_RDWR, 0)
+	if err == nil {
+		defer f.Close()
+		fi, err := f.Stat()
+		if err == nil && fi.Mode()&fs.ModeCharDevice == 0 {
+			return failf(exitFuse, "%s is not a character device; recreate it with \"mknod -m 0666 /dev/fuse c 10 229\"", devFusePath)
+		}
+		return nil
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return failf(exitFuse, "%s does not exist; load the fuse module (modprobe fuse), or in a container add --device /dev/fuse", devFusePath)
+	case errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM):
+		if geteuid() != 0 && setuidFusermount() {
+			return nil
+		}
+		return failf(exitFuse, "cannot open %s: permission denied; run as root, make it accessible (chmod 0666 /dev/fuse), or in a container add --device /dev/fuse", devFusePath)
+	}
+	var errno unix.Errno
+	if errors.As(err, &errno) {
+		err = errno
+	}
+	return failf(exitFuse, "cannot open %s: %w; check that it is the FUSE device (character device 10,229)", devFusePath, err)
+}
+
+// setuidFusermount reports whether a setuid-root fusermount3 (or
+// fusermount) is on PATH; go-fuse falls back to it when mount(2) is not
+// allowed.
+func setuidFusermount() bool {
+	for _, name := range []string{"fusermount3", "fusermount"} {
+		p, err := exec.LookPath(name)
+		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil && st.Uid == 0 && st.Mode&unix.S_ISUID != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// realPath resolves symbolic links so that nesting is judged on the
+// directories themselves.
+func realPath(role, path string) (string, error) {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", statProblem(role, path, err)
+	}
+	return real, nil
+}
+
+// within reports whether path is dir or inside it. Both are clean and
+// absolute.
+func within(path, dir string) bool {
+	return path == dir || dir == "/" || strings.HasPrefix(path, dir+"/")
+}
+
+// describe shows a path, and where it leads when a symlink made it differ.
+func describe(path, real string) string {
+	if path == real {
+		return show(path)
+	}
+	return show(path) + " (" + show(real) + ")"
+}
+
+// show prints a path as it is unless that would be ambiguous or break the
+// one-line message (spaces, control characters, quotes): then it quotes it.
+func show(path string) string {
+	if path == "" {
+		return `""`
+	}
+	for _, r := range path {
+		if !unicode.IsPrint(r) || unicode.IsSpace(r) || r == '"' {
+			return strconv.Quote(path)
+		}
+	}
+	return path
+}
+
+// shellQuote quotes a path for a command the user may paste into a shell.
+func shellQuote(path string) string {
+	safe := path != ""
+	for _, r := range path {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+:@%,=", r)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return path
+	}
+	return "'" + strings.ReplaceAll(path, "'", `'\''`) + "'"
+}
