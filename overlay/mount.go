@@ -9,6 +9,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/goverlay/goverlay/lower"
 	"github.com/goverlay/goverlay/privs"
@@ -36,6 +37,8 @@ type Options struct {
 	// Passthrough lets the kernel read and write upper files directly
 	// (Linux 6.9+, root); see passthrough.go.
 	Passthrough bool
+	// NoACL turns off POSIX ACL enforcement (-o noacl).
+	NoACL bool
 
 	// FsName is the mount's source as /proc/mounts shows it.
 	FsName string
@@ -174,16 +177,36 @@ func (f *FS) fsOptions() *fs.Options {
 	mo.Name = "goverlay"
 	mo.Debug = f.opts.Debug
 	mo.AllowOther = f.opts.AllowOther
+	mo.Logger = f.log
 	// The kernel checks permissions against the modes we report, as it
-	// does for a local filesystem; we never check them ourselves.
+	// does for a local filesystem; we never check them ourselves. With
+	// FUSE_POSIX_ACL it enforces ACLs too (the kernel overlay does).
 	mo.Options = append(mo.Options, "default_permissions")
-	if f.ReadOnly() {
-		// No upper layer: the kernel refuses writes with EROFS.
-		mo.Options = append(mo.Options, "ro")
-	}
-	mo.Options = append(mo.Options, f.opts.KernelOptions...)
+	mo.EnableAcl = !f.opts.NoACL
 	// Mount with mount(2) when we may, fusermount3 otherwise.
 	mo.DirectMount = true
+	mo.DirectMountFlags = unix.MS_NOSUID | unix.MS_NODEV
+	if f.ReadOnly() {
+		// No upper layer: the kernel refuses writes with EROFS.
+		mo.DirectMountFlags |= unix.MS_RDONLY
+		mo.Options = append(mo.Options, "ro")
+	}
+	for _, k := range f.opts.KernelOptions {
+		// mount(2) takes the per-mount flags as bits, not as text
+		// (go-fuse translates suid, dev and exec itself).
+		if bit, ok := mountFlags[k]; ok {
+			mo.DirectMountFlags |= bit
+			if os.Geteuid() == 0 || k == "ro" {
+				continue
+			}
+			// fusermount3 takes some of them as text.
+			if k != "noatime" {
+				f.log.Printf("option %s needs root; ignored", k)
+				continue
+			}
+		}
+		mo.Options = append(mo.Options, k)
+	}
 	// O_TRUNC reaches OPEN, so that a truncating open copies a lower
 	// file up without its data instead of copying it and truncating.
 	mo.ExtraCapabilities |= fuse.CAP_ATOMIC_O_TRUNC
@@ -197,6 +220,18 @@ func (f *FS) fsOptions() *fs.Options {
 		mo.DisabledCapabilities |= fuse.CAP_PASSTHROUGH
 	}
 	return o
+}
+
+// mountFlags are the kernel options mount(2) wants as MS_* bits.
+var mountFlags = map[string]uintptr{
+	"ro":          unix.MS_RDONLY,
+	"noatime":     unix.MS_NOATIME,
+	"nodiratime":  unix.MS_NODIRATIME,
+	"relatime":    unix.MS_RELATIME,
+	"strictatime": unix.MS_STRICTATIME,
+	"sync":        unix.MS_SYNCHRONOUS,
+	"dirsync":     unix.MS_DIRSYNC,
+	"lazytime":    unix.MS_LAZYTIME,
 }
 
 // cacheTimeout is how long the kernel may keep names and attributes. The
