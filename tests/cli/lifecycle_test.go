@@ -1,0 +1,212 @@
+package cli_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/tests/testutil"
+)
+
+// TestBackgroundMountIsLive: when the command returns 0 the mount already
+// works, /proc/mounts shows it as fuse.goverlay, and --pidfile names the
+// serving process.
+func TestBackgroundMountIsLive(t *testing.T) {
+	t.Parallel()
+	lower, _ := layers(t)
+	m := testutil.Mount(t, testutil.Options{Lower: []string{lower}})
+	// Right after the command returned: no wait of any kind.
+	data, err := os.ReadFile(filepath.Join(m.Dir, "file"))
+	if err != nil || string(data) != "hello\n" {
+		t.Fatalf("read through the mount right after goverlay returned: %q, %v", data, err)
+	}
+	if _, err := os.Stat(filepath.Join(m.Dir, "dir", "inner")); err != nil {
+		t.Errorf("stat through the mount: %v", err)
+	}
+	if typ := procMountsType(t, m.Dir); typ != "fuse.goverlay" {
+		t.Errorf("/proc/mounts shows %s as %q, want fuse.goverlay", m.Dir, typ)
+	}
+	exe, err := os.Readlink("/proc/" + strconv.Itoa(m.PID) + "/exe")
+	if err != nil || exe != testutil.Binary(t) {
+		t.Errorf("--pidfile PID %d runs %q (%v), want %s", m.PID, exe, err, testutil.Binary(t))
+	}
+	m.Unmount(t)
+}
+
+// procMountsType is the type /proc/mounts gives the mount on dir.
+func procMountsType(t *testing.T, dir string) string {
+	t.Helper()
+	f, err := os.Open("/proc/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	typ := ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) >= 3 && fs[1] == dir {
+			typ = fs[2]
+		}
+	}
+	return typ
+}
+
+// TestUnmount: each way of ending a mount unmounts it and makes the daemon
+// exit 0.
+func TestUnmount(t *testing.T) {
+	testutil.RequireRoot(t)
+	cases := map[string]func(t *testing.T, m *testutil.Mounted){
+		"umount": func(t *testing.T, m *testutil.Mounted) {
+			m.Unmount(t) // umount(8), then the daemon must exit 0
+		},
+		"fusermount3": func(t *testing.T, m *testutil.Mounted) {
+			if _, err := exec.LookPath("fusermount3"); err != nil {
+				t.Skip("fusermount3 not installed (package fuse3)")
+			}
+			if out, err := exec.Command("fusermount3", "-u", m.Dir).CombinedOutput(); err != nil {
+				t.Fatalf("fusermount3 -u: %v: %s", err, out)
+			}
+			m.WaitDaemon(t)
+		},
+		"SIGTERM": func(t *testing.T, m *testutil.Mounted) {
+			if err := m.Proc().Signal(unix.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			m.WaitDaemon(t) // exit 0, and the mount gone
+		},
+		"SIGINT": func(t *testing.T, m *testutil.Mounted) {
+			if err := m.Proc().Signal(unix.SIGINT); err != nil {
+				t.Fatal(err)
+			}
+			m.WaitDaemon(t)
+		},
+	}
+	for name, end := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			lower, _ := layers(t)
+			m := testutil.Mount(t, testutil.Options{Lower: []string{lower}})
+			end(t, m)
+			if testutil.IsMounted(m.Dir) {
+				t.Errorf("%s still mounted", m.Dir)
+			}
+		})
+	}
+}
+
+// TestForeground: with -f the command itself serves the mount and exits 0
+// once it is unmounted.
+func TestForeground(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.LeakCheck(t)
+	t.Parallel()
+	lower, mnt := layers(t)
+	out, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	must(t, err)
+	defer out.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testutil.Binary(t), "-f", "-o", "lowerdir="+lower, mnt)
+	cmd.Stdout, cmd.Stderr = out, out
+	must(t, cmd.Start())
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		// Whatever happened, leave nothing behind: kill the process
+		// (a no-op once it exited), then detach a mount it left.
+		cancel()
+		<-exited
+		if testutil.IsMounted(mnt) {
+			unix.Unmount(mnt, unix.MNT_DETACH)
+		}
+	})
+	if err := testutil.WaitMounted(mnt, cmdTimeout, exited); err != nil {
+		log, _ := os.ReadFile(out.Name())
+		t.Fatalf("goverlay -f: %v\n%s", err, log)
+	}
+	if data, err := os.ReadFile(filepath.Join(mnt, "file")); err != nil || string(data) != "hello\n" {
+		t.Errorf("read through the foreground mount: %q, %v", data, err)
+	}
+	select {
+	case <-exited:
+		t.Fatalf("goverlay -f returned while mounted: %v", waitErr)
+	default:
+	}
+	if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("umount: %v: %s", err, out)
+	}
+	<-exited // bounded by cmdTimeout through the context
+	if ctx.Err() != nil {
+		t.Fatalf("goverlay -f did not exit within %v of the unmount", cmdTimeout)
+	}
+	if waitErr != nil {
+		log, _ := os.ReadFile(out.Name())
+		t.Errorf("goverlay -f after umount: %v, want exit 0\n%s", waitErr, log)
+	}
+}
+
+// TestReadOnly: without upperdir every change fails with EROFS.
+func TestReadOnly(t *testing.T) {
+	t.Parallel()
+	lower, _ := layers(t)
+	m := testutil.Mount(t, testutil.Options{Lower: []string{lower}})
+	p := func(n string) string { return filepath.Join(m.Dir, n) }
+	ops := map[string]func() error{
+		"create":   func() error { return os.WriteFile(p("new"), nil, 0o644) },
+		"mkdir":    func() error { return os.Mkdir(p("newdir"), 0o755) },
+		"unlink":   func() error { return os.Remove(p("file")) },
+		"rmdir":    func() error { return unix.Rmdir(p("dir")) },
+		"write":    func() error { return openWrite(p("file")) },
+		"rename":   func() error { return os.Rename(p("file"), p("renamed")) },
+		"symlink":  func() error { return os.Symlink("file", p("sym")) },
+		"link":     func() error { return os.Link(p("file"), p("hard")) },
+		"chmod":    func() error { return os.Chmod(p("file"), 0o600) },
+		"chown":    func() error { return os.Lchown(p("file"), 1, 1) },
+		"mknod":    func() error { return unix.Mknod(p("fifo"), unix.S_IFIFO|0o644, 0) },
+		"setxattr": func() error { return unix.Setxattr(p("file"), "user.x", []byte("y"), 0) },
+		"truncate": func() error { return os.Truncate(p("file"), 0) },
+	}
+	for name, op := range ops {
+		if err := op(); !errors.Is(err, syscall.EROFS) {
+			t.Errorf("%s on a read-only mount: %v, want EROFS", name, err)
+		}
+	}
+	if data, err := os.ReadFile(filepath.Join(lower, "file")); err != nil || string(data) != "hello\n" {
+		t.Errorf("the lower layer changed: %q, %v", data, err)
+	}
+}
+
+func openWrite(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err == nil {
+		f.Close()
+	}
+	return err
+}
+
+// TestHelpVersion: --help and --version succeed and say something useful.
+func TestHelpVersion(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ flag, want string }{
+		{"--help", "lowerdir"}, {"-h", "lowerdir"}, {"--version", "goverlay"}, {"-V", "goverlay"},
+	} {
+		r := goverlay(t, c.flag)
+		if r.Code != 0 {
+			t.Errorf("goverlay %s: %s", c.flag, r)
+		}
+		if !strings.Contains(r.Stdout, c.want) {
+			t.Errorf("goverlay %s prints %q on stdout, want it to mention %q", c.flag, r.Stdout, c.want)
+		}
+	}
+}

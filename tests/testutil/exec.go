@@ -1,0 +1,87 @@
+package testutil
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Result is how a command ended.
+type Result struct {
+	Code     int // exit code; -1 when it was killed or did not start
+	Stdout   string
+	Stderr   string
+	Err      error // from exec, for messages
+	TimedOut bool
+}
+
+// String is a one-paragraph summary for failure messages.
+func (r Result) String() string {
+	s := "exit " + strconv.Itoa(r.Code)
+	if r.TimedOut {
+		s += " (timed out)"
+	}
+	if r.Stdout != "" {
+		s += "\nstdout: " + r.Stdout
+	}
+	if r.Stderr != "" {
+		s += "\nstderr: " + r.Stderr
+	}
+	return s
+}
+
+// StderrLines is the non-empty lines of stderr.
+func (r Result) StderrLines() []string {
+	var out []string
+	for _, l := range strings.Split(r.Stderr, "\n") {
+		if strings.TrimSpace(l) != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Run runs a command with a deadline and returns its outcome. Output goes
+// to files, not pipes, so that a daemon inheriting them cannot keep Run
+// waiting. env entries are added to the environment.
+func Run(t testing.TB, timeout time.Duration, env []string, name string, args ...string) Result {
+	t.Helper()
+	dir := t.TempDir()
+	outF, err := os.CreateTemp(dir, "stdout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outF.Close()
+	errF, err := os.CreateTemp(dir, "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errF.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdout, cmd.Stderr = outF, errF
+	cmd.Env = append(os.Environ(), env...)
+	err = cmd.Run()
+	r := Result{Code: 0, Err: err}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.Code = ee.ExitCode()
+	default:
+		r.Code = -1
+	}
+	if ctx.Err() != nil {
+		r.TimedOut = true
+	}
+	o, _ := os.ReadFile(outF.Name())
+	e, _ := os.ReadFile(errF.Name())
+	r.Stdout, r.Stderr = string(o), string(e)
+	return r
+}

@@ -1,0 +1,339 @@
+package testutil
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DaemonExitTimeout bounds how long the harness waits for a daemon to exit
+// once its mount is gone. A variable for the harness's own tests.
+var DaemonExitTimeout = 10 * time.Second
+
+// mountTimeout bounds a mount command that should return as soon as the
+// mount is live.
+const mountTimeout = 60 * time.Second
+
+// Options describe a goverlay mount. Lower is topmost first.
+type Options struct {
+	Lower       []string
+	Upper, Work string
+	// Extra arguments go before the mount point (e.g. "-o", "allow_other").
+	Extra []string
+}
+
+// OptString is the -o value for o: lowerdir=A:B[,upperdir=U,workdir=W].
+func (o Options) OptString() string {
+	s := "lowerdir=" + strings.Join(o.Lower, ":")
+	if o.Upper != "" {
+		s += ",upperdir=" + o.Upper
+	}
+	if o.Work != "" {
+		s += ",workdir=" + o.Work
+	}
+	return s
+}
+
+// Mounted is a live goverlay mount started by Mount.
+type Mounted struct {
+	Dir string // the mount point
+	PID int    // the daemon serving it
+	// LogFile is the daemon's --log file ("" if the CLI has no --log);
+	// OutFile has what the mount command printed.
+	LogFile, OutFile string
+
+	proc *Proc
+
+	mu   sync.Mutex
+	done bool
+}
+
+// Mount runs the real binary to mount o on a new directory under
+// t.TempDir(). The command returning 0 is the readiness handshake: it must
+// only return once the mount is live. The daemon's PID comes from
+// --pidfile. When the test ends the mount is unmounted, the daemon must
+// exit 0 within DaemonExitTimeout, and nothing may be left mounted.
+func Mount(t testing.TB, o Options) *Mounted {
+	t.Helper()
+	RequireRoot(t)
+	bin := Binary(t)
+	LeakCheck(t)
+	base := t.TempDir()
+	m := &Mounted{
+		Dir:     filepath.Join(base, "mnt"),
+		OutFile: filepath.Join(base, "mount.out"),
+	}
+	if err := os.Mkdir(m.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pidfile := filepath.Join(base, "daemon.pid")
+	args := []string{"-o", o.OptString(), "--pidfile", pidfile}
+	if SupportsFlag(t, "--log") {
+		m.LogFile = filepath.Join(base, "daemon.log")
+		args = append(args, "--log", m.LogFile)
+	}
+	args = append(args, o.Extra...)
+	args = append(args, m.Dir)
+
+	trackMount(m.Dir)
+	t.Cleanup(func() { m.finish(t, true, false) })
+
+	out, err := os.Create(m.OutFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), mountTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	// A file, not a pipe: the daemon may inherit it, and Run must not
+	// wait for the daemon to close it.
+	cmd.Stdout, cmd.Stderr = out, out
+	// Data races found by the race-enabled daemon go to files we show.
+	cmd.Env = append(os.Environ(), "GORACE=log_path="+filepath.Join(base, "race"))
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (no return within %v)", err, mountTimeout)
+		}
+		if !m.adoptPidfile(t, pidfile) {
+			// A daemon may be running without having written
+			// its PID: watch it so the cleanup stops it.
+			if pids := FindProcs(bin, m.Dir); len(pids) == 1 {
+				if p, err := Track(pids[0], t.Name()); err == nil {
+					m.PID, m.proc = pids[0], p
+				}
+			}
+		}
+		t.Fatalf("goverlay %s: %v\n%s", strings.Join(args, " "), err, m.logs())
+	}
+	if !m.adoptPidfile(t, pidfile) {
+		t.Fatalf("goverlay returned 0 but wrote no PID to --pidfile %s\n%s", pidfile, m.logs())
+	}
+	if !IsMounted(m.Dir) {
+		t.Fatalf("goverlay returned 0 but %s is not in /proc/self/mountinfo\n%s", m.Dir, m.logs())
+	}
+	return m
+}
+
+// adoptPidfile reads the daemon's PID and starts watching it.
+func (m *Mounted) adoptPidfile(t testing.TB, pidfile string) bool {
+	data, err := os.ReadFile(pidfile)
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		t.Errorf("--pidfile %s holds %q, not a PID", pidfile, data)
+		return false
+	}
+	p, err := Track(pid, t.Name())
+	if err != nil {
+		t.Errorf("daemon PID %d from --pidfile: %v", pid, err)
+		return false
+	}
+	m.PID, m.proc = pid, p
+	return true
+}
+
+// Unmount unmounts with umount(8) and returns once the daemon has exited,
+// failing the test unless it exited 0.
+func (m *Mounted) Unmount(t testing.TB) {
+	t.Helper()
+	if !IsMounted(m.Dir) {
+		t.Errorf("Unmount: %s is not mounted", m.Dir)
+	}
+	m.finish(t, true, true)
+}
+
+// Proc is the daemon, for tests that signal it.
+func (m *Mounted) Proc() *Proc { return m.proc }
+
+// WaitDaemon waits for the daemon to exit on its own (after the test
+// unmounted by other means or signalled it) and fails the test unless it
+// exited 0 and the mount is gone.
+func (m *Mounted) WaitDaemon(t testing.TB) {
+	t.Helper()
+	m.finish(t, false, true)
+}
+
+// finish unmounts (if unmount and still mounted), waits for the daemon,
+// checks its exit status and that nothing is left mounted.
+func (m *Mounted) finish(t testing.TB, unmount, explicit bool) {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.done {
+		return
+	}
+	m.done = true
+	// umount(8) stats the mount point, so it blocks while the daemon does
+	// not answer: run it beside the wait for the daemon, whose kill (if
+	// it outlives the deadline) unblocks it.
+	var umountDone chan error
+	if unmount && IsMounted(m.Dir) {
+		umountDone = make(chan error, 1)
+		go func() { umountDone <- runUmount(m.Dir) }()
+	}
+	if m.proc != nil {
+		if !m.proc.Wait(DaemonExitTimeout) {
+			m.proc.Kill()
+			t.Errorf("daemon %d outlived its mount %s by %v: killed it", m.PID, m.Dir, DaemonExitTimeout)
+		} else if ok, known, desc := m.proc.Status(); !ok {
+			if known || explicit {
+				t.Errorf("daemon %d of %s: %s", m.PID, m.Dir, desc)
+			} else {
+				t.Logf("daemon %d of %s: %s", m.PID, m.Dir, desc)
+			}
+		}
+	}
+	if umountDone != nil {
+		if err := <-umountDone; err != nil {
+			t.Errorf("%v", err)
+		}
+	}
+	if IsMounted(m.Dir) {
+		t.Errorf("%s is still mounted after its daemon exited", m.Dir)
+		// The dead daemon's mount answers ENOTCONN: detach it.
+		lazyUnmount(m.Dir)
+	}
+	if t.Failed() {
+		t.Logf("goverlay output and log of %s:\n%s", m.Dir, m.logs())
+	}
+}
+
+// logs is the mount command's output and the daemon's log.
+func (m *Mounted) logs() string {
+	var b strings.Builder
+	if data, err := os.ReadFile(m.OutFile); err == nil && len(data) > 0 {
+		fmt.Fprintf(&b, "--- mount command output ---\n%s", data)
+	}
+	if m.LogFile != "" {
+		if data, err := os.ReadFile(m.LogFile); err == nil && len(data) > 0 {
+			fmt.Fprintf(&b, "--- daemon log (%d bytes) ---\n%s", len(data), tail(data, 64<<10))
+		}
+	}
+	var races []string
+	if m.OutFile != "" {
+		races, _ = filepath.Glob(filepath.Join(filepath.Dir(m.OutFile), "race.*"))
+	}
+	for _, r := range races {
+		if data, err := os.ReadFile(r); err == nil {
+			fmt.Fprintf(&b, "--- race detector report %s ---\n%s", filepath.Base(r), data)
+		}
+	}
+	if b.Len() == 0 {
+		return "(goverlay printed nothing)"
+	}
+	return b.String()
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) <= n {
+		return b
+	}
+	return append([]byte("...\n"), b[len(b)-n:]...)
+}
+
+// umountTimeout bounds one umount(8).
+const umountTimeout = 30 * time.Second
+
+// runUmount runs umount(8) on dir with a deadline, and on failure detaches
+// dir lazily.
+func runUmount(dir string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), umountTimeout)
+	defer cancel()
+	var out []byte
+	var err error
+	// EBUSY can be transient: a process forked by a parallel test holds
+	// copies of all our fds (even O_CLOEXEC ones) until it execs, which
+	// may include one that was open on this mount a moment ago. Retry a
+	// few times, as gocryptfs's harness does, before giving up.
+	for try := 1; ; try++ {
+		out, err = exec.CommandContext(ctx, "umount", dir).CombinedOutput()
+		if err == nil {
+			return nil
+		}
+		if try == 10 || ctx.Err() != nil || !strings.Contains(string(out), "busy") {
+			break
+		}
+		time.Sleep(time.Duration(try) * 20 * time.Millisecond)
+	}
+	lazyUnmount(dir)
+	if ctx.Err() != nil {
+		return fmt.Errorf("umount %s: no return within %v; detached it lazily", dir, umountTimeout)
+	}
+	return fmt.Errorf("umount %s: %v: %s", dir, err, out)
+}
+
+// lazyUnmount detaches dir (umount -l), the last resort of every cleanup.
+// It is umount2(2) itself: umount(8) would stat dir and could hang on a
+// mount whose daemon does not answer.
+func lazyUnmount(dir string) {
+	_ = unix.Unmount(dir, unix.MNT_DETACH)
+}
+
+// unmountStrict unmounts dir with umount(8), lazily if that fails, and
+// fails the test unless dir ends up unmounted.
+func unmountStrict(t testing.TB, dir string) {
+	t.Helper()
+	if !IsMounted(dir) {
+		return
+	}
+	if err := runUmount(dir); err != nil {
+		t.Errorf("%v", err)
+	}
+	if IsMounted(dir) {
+		t.Errorf("%s is still mounted after umount", dir)
+		lazyUnmount(dir)
+	}
+}
+
+// KernelOverlay mounts the kernel's overlayfs on a new directory under
+// t.TempDir() (upper and work may be empty for a read-only mount; extra
+// are more -o options) and unmounts it when the test ends.
+func KernelOverlay(t testing.TB, lower []string, upper, work string, extra ...string) string {
+	t.Helper()
+	RequireRoot(t)
+	LeakCheck(t)
+	mnt := filepath.Join(t.TempDir(), "kmnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Lower: lower, Upper: upper, Work: work}.OptString()
+	for _, e := range extra {
+		opts += "," + e
+	}
+	trackMount(mnt)
+	t.Cleanup(func() { unmountStrict(t, mnt) })
+	if out, err := exec.Command("mount", "-t", "overlay", "overlay", "-o", opts, mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount -t overlay -o %s: %v: %s", opts, err, out)
+	}
+	return mnt
+}
+
+// Tmpfs mounts a fresh tmpfs on a new directory under t.TempDir() and
+// unmounts it when the test ends.
+func Tmpfs(t testing.TB) string {
+	t.Helper()
+	RequireRoot(t)
+	LeakCheck(t)
+	dir := filepath.Join(t.TempDir(), "tmpfs")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	trackMount(dir)
+	t.Cleanup(func() { unmountStrict(t, dir) })
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m,mode=755", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v: %s", err, out)
+	}
+	return dir
+}
