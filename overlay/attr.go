@@ -87,7 +87,11 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if err := n.stat(&st); err != nil {
 		return errno(err)
 	}
+	if in.Valid&(fuse.FATTR_MODE|fuse.FATTR_UID|fuse.FATTR_GID) != 0 {
+		n.refreshFastExec()
+	}
 	n.fillAttr(&st, &out.Attr)
+	out.SetTimeout(n.attrTimeout())
 	return 0
 }
 
@@ -159,9 +163,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 		}
 		return xattr.LSetWithFlags(p, attr, data, int(flags))
 	})
-	if isSecurityXattr(attr) {
-		n.invalidateNoSec()
-	}
+	n.xattrChanged(attr)
 	return errno(err)
 }
 
@@ -186,9 +188,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 		}
 		return xattr.LRemove(p, attr)
 	})
-	if isSecurityXattr(attr) {
-		n.invalidateNoSec()
-	}
+	n.xattrChanged(attr)
 	return errno(err)
 }
 
@@ -196,4 +196,14 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 // (followed: it is a magic link to the directory).
 func xattrPath(d *lower.Dir, name string, op func(path string, follow bool) error) error {
 	return op(d.ProcPath(name), name == "")
+}
+
+// xattrChanged updates what depends on attribute attr of n.
+func (n *node) xattrChanged(attr string) {
+	if isSecurityXattr(attr) {
+		n.invalidateNoSec()
+	}
+	if attr == aclAccessXattr {
+		n.refreshFastExec()
+	}
 }

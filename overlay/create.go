@@ -78,7 +78,9 @@ func (n *node) create(ctx context.Context, name string, o upper.Object, out *fus
 		return nil, -1, errno(err)
 	}
 	child := n.newChild(ctx, name, e)
-	child.Operations().(*node).fillAttr(&e.Stat, &out.Attr)
+	c := child.Operations().(*node)
+	c.fillAttr(&e.Stat, &out.Attr)
+	c.setEntryTimeouts(out)
 	return child, fd, 0
 }
 
@@ -154,5 +156,6 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		return nil, errno(err)
 	}
 	t.fillAttr(&st, &out.Attr)
+	t.setEntryTimeouts(out)
 	return t.EmbeddedInode(), 0
 }

@@ -27,10 +27,16 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	n.mu.Unlock()
 	e, err := chain.Lookup(name)
 	if err != nil {
+		if err == syscall.ENOENT {
+			n.ofs.stats.negativeLookups.Add(1)
+		}
 		return nil, errno(err)
 	}
 	child := n.newChild(ctx, name, e)
-	child.Operations().(*node).fillAttr(&e.Stat, &out.Attr)
+	c := child.Operations().(*node)
+	c.fillAttr(&e.Stat, &out.Attr)
+	c.setEntryTimeouts(out)
+	n.ofs.stats.lookups.Add(1)
 	return child, 0
 }
 
@@ -43,6 +49,8 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		return errno(err)
 	}
 	n.fillAttr(&st, &out.Attr)
+	out.SetTimeout(n.attrTimeout())
+	n.ofs.stats.getattrs.Add(1)
 	return 0
 }
 

@@ -161,7 +161,7 @@ func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 
 // fsOptions sets every go-fuse option, each with its reason.
 func (f *FS) fsOptions() *fs.Options {
-	entry, attr, negative := cacheTimeout, cacheTimeout, cacheTimeout
+	entry, attr, negative := trustTimeout, trustTimeout, trustTimeout
 	o := &fs.Options{
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,
@@ -234,7 +234,15 @@ var mountFlags = map[string]uintptr{
 	"lazytime":    unix.MS_LAZYTIME,
 }
 
-// cacheTimeout is how long the kernel may keep names and attributes. The
-// lower layers are read-only by contract and the upper changes only through
-// this mount, which answers each change itself.
-const cacheTimeout = time.Second
+// How long the kernel may keep names and attributes (the fast-exec policy,
+// overlay/fastexec.go). The lower layers are read-only by contract and the
+// upper changes only through this mount, whose every change either reaches
+// the kernel in the operation's own reply or is notified (NotifyEntry), so
+// what the kernel was told stays true: it may keep it as long as it likes.
+// Restricted directories (not searchable by everyone, or with an ACL) get
+// restrictedTimeout for their attributes, so the kernel's permission check
+// on them refreshes now and then.
+const (
+	trustTimeout      = time.Hour
+	restrictedTimeout = time.Second
+)

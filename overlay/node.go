@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -31,6 +32,8 @@ type node struct {
 	// nosec is set once the file is known to carry no suid, sgid or
 	// security.capability (privs.NoSec).
 	nosec privs.NoSec
+	// fastExec is a directory's "anyone may search it" bit (fastexec.go).
+	fastExec atomic.Bool
 
 	// mu guards the fields below, which a copy-up or a rename changes.
 	mu sync.Mutex
@@ -45,7 +48,9 @@ type node struct {
 }
 
 func (f *FS) newRoot() *node {
-	return &node{ofs: f, chain: lower.RootChain(f.layers)}
+	n := &node{ofs: f, chain: lower.RootChain(f.layers)}
+	n.refreshFastExec()
+	return n
 }
 
 func (f *FS) rootIno() uint64 {
@@ -68,6 +73,7 @@ func (n *node) newChild(ctx context.Context, name string, e *lower.Entry) *fs.In
 	c := &node{ofs: n.ofs}
 	if e.IsDir() {
 		c.chain = e.Chain
+		c.computeFastExec(&e.Stat)
 		// OnForget closes the fds of a node the kernel knew; a node
 		// go-fuse discarded (it lost a lookup race to an equal one)
 		// never gets OnForget, and the cleanup closes its fds.

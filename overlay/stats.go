@@ -8,4 +8,9 @@ type stats struct {
 	whiteouts atomic.Uint64
 	// opens by the I/O mode they got
 	opensPassthrough, opensCached atomic.Uint64
+	// lookups that reached the daemon, those that found nothing, and
+	// attribute refreshes (GETATTR) served
+	lookups, negativeLookups, getattrs atomic.Uint64
+	// directories instantiated, by their fast-exec bit
+	fastExecDirs, restrictedDirs atomic.Uint64
 }

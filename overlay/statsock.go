@@ -37,6 +37,17 @@ type Stats struct {
 	// they were offered.
 	OpensPassthrough uint64 `json:"opens_passthrough"`
 	OpensCached      uint64 `json:"opens_cached"`
+
+	// Lookups counts LOOKUPs that reached the daemon, NegativeLookups
+	// those that found nothing (the kernel then caches the miss);
+	// Getattrs counts attribute refreshes served.
+	Lookups         uint64 `json:"lookups"`
+	NegativeLookups uint64 `json:"negative_lookups"`
+	Getattrs        uint64 `json:"getattrs"`
+	// FastExecDirs and RestrictedDirs count directories instantiated by
+	// their fast-exec bit.
+	FastExecDirs   uint64 `json:"fast_exec_dirs"`
+	RestrictedDirs uint64 `json:"restricted_dirs"`
 }
 
 // Stats reads the counters.
@@ -56,6 +67,11 @@ func (f *FS) Stats() Stats {
 		Whiteouts:         f.stats.whiteouts.Load(),
 		OpensPassthrough:  f.stats.opensPassthrough.Load(),
 		OpensCached:       f.stats.opensCached.Load(),
+		Lookups:           f.stats.lookups.Load(),
+		NegativeLookups:   f.stats.negativeLookups.Load(),
+		Getattrs:          f.stats.getattrs.Load(),
+		FastExecDirs:      f.stats.fastExecDirs.Load(),
+		RestrictedDirs:    f.stats.restrictedDirs.Load(),
 	}
 }
 
