@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"syscall"
@@ -8,6 +9,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/privs"
 )
 
 // handle is one open regular file.
@@ -101,8 +104,47 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if err != nil {
 		return 0, errno(err)
 	}
+	if h.n.ofs.raw.flags(ctx)&flagCacheWrite != 0 && h.n.hasCapability() {
+		n, err := mmapWrite(fd, data, off)
+		return uint32(max(n, 0)), errno(err)
+	}
 	n, err := unix.Pwrite(fd, data, off)
 	return uint32(max(n, 0)), errno(err)
+}
+
+// hasCapability reports whether regular file n carries security.capability.
+func (n *node) hasCapability() bool {
+	if n.nosec.Known() {
+		return false
+	}
+	par, name := n.location()
+	_, err := par.Getxattr(name, privs.CapabilityXattr)
+	return err == nil
+}
+
+// mmapWrite writes a page that the kernel writes back from a shared
+// mapping through a mapping of our own. A write(2) by the daemon would
+// make the upper filesystem remove security.capability (its
+// file_remove_privs() does not spare root), where a store through a mapping
+// removes nothing — which is what the kernel overlay, mapping the upper file
+// itself, does. Pages of a mapping lie within the file; anything else
+// falls back to pwrite.
+func mmapWrite(fd int, data []byte, off int64) (int, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, err
+	}
+	if len(data) == 0 || off+int64(len(data)) > st.Size {
+		return unix.Pwrite(fd, data, off)
+	}
+	page := int64(unix.Getpagesize())
+	start := off &^ (page - 1)
+	m, err := unix.Mmap(fd, start, int(off-start)+len(data), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return unix.Pwrite(fd, data, off)
+	}
+	n := copy(m[off-start:], data)
+	return n, unix.Munmap(m)
 }
 
 // Writev writes several buffers at off in one pwritev.
@@ -113,6 +155,10 @@ func (h *handle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, 
 	}
 	if err != nil {
 		return 0, errno(err)
+	}
+	if h.n.ofs.raw.flags(ctx)&flagCacheWrite != 0 && h.n.hasCapability() {
+		n, err := mmapWrite(fd, bytes.Join(data, nil), off)
+		return uint32(max(n, 0)), errno(err)
 	}
 	n, err := unix.Pwritev(fd, data, off)
 	return uint32(max(n, 0)), errno(err)

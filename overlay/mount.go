@@ -207,14 +207,18 @@ func (f *FS) fsOptions() *fs.Options {
 		}
 		mo.Options = append(mo.Options, k)
 	}
-	// O_TRUNC reaches OPEN, so that a truncating open copies a lower
-	// file up without its data instead of copying it and truncating.
-	mo.ExtraCapabilities |= fuse.CAP_ATOMIC_O_TRUNC
 	if f.nosec {
 		// The kernel sets SB_NOSEC on the mount and stops asking for
 		// security.capability on every write; we remove privileges
 		// when its KILL_SUIDGID flags say so (rawFS, killPrivs).
 		mo.ExtraCapabilities |= fuse.CAP_HANDLE_KILLPRIV_V2
+		// O_TRUNC reaches OPEN, so that a truncating open copies a
+		// lower file up without its data instead of copying it and
+		// truncating. Only with KILLPRIV_V2: then the OPEN carries
+		// FUSE_OPEN_KILL_SUIDGID. Without it the kernel clears suid
+		// and sgid of a truncating open in the SETATTR that atomic
+		// O_TRUNC does away with, and nobody would.
+		mo.ExtraCapabilities |= fuse.CAP_ATOMIC_O_TRUNC
 	}
 	if !f.opts.Passthrough {
 		mo.DisabledCapabilities |= fuse.CAP_PASSTHROUGH

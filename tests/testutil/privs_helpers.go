@@ -1,0 +1,158 @@
+package testutil
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestUserName is the unprivileged user tests run writers as.
+const TestUserName = "goverlaytest"
+
+// TestUser returns the uid and gid of TestUserName, creating the user (no
+// home directory, no login shell) if needed. It skips the test without
+// useradd or setpriv.
+func TestUser(t testing.TB) (uid, gid int) {
+	t.Helper()
+	for _, tool := range []string{"setpriv", "useradd"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	u, err := user.Lookup(TestUserName)
+	if err != nil {
+		out, uerr := exec.Command("useradd", "-M", "-s", "/usr/sbin/nologin", TestUserName).CombinedOutput()
+		// Another test process may have added it meanwhile (useradd
+		// then says "exists", or that /etc/passwd is locked).
+		if u, err = user.Lookup(TestUserName); err != nil {
+			t.Fatalf("useradd %s: %v: %s; then: %v", TestUserName, uerr, out, err)
+		}
+	}
+	uid, _ = strconv.Atoi(u.Uid)
+	gid, _ = strconv.Atoi(u.Gid)
+	return uid, gid
+}
+
+// OpenUp makes the directories above dir, up to os.TempDir(), searchable
+// by everyone (t.TempDir makes them 0700), so that another user can reach
+// dir.
+func OpenUp(t testing.TB, dir string) {
+	t.Helper()
+	tmp := filepath.Clean(os.TempDir())
+	for d := filepath.Dir(dir); d != "/" && strings.HasPrefix(d, tmp+"/"); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Stats is what `goverlay stats --json MOUNTPOINT` prints.
+type Stats struct {
+	Mountpoint        string `json:"mountpoint"`
+	PID               int    `json:"pid"`
+	NoSec             bool   `json:"nosec"`
+	NoSecReason       string `json:"nosec_reason"`
+	CapGetxattr       uint64 `json:"getxattr_security_capability"`
+	CapGetxattrCached uint64 `json:"getxattr_security_capability_cached"`
+	PrivChecks        uint64 `json:"priv_checks"`
+	PrivSkipped       uint64 `json:"priv_checks_skipped"`
+	KilledSuid        uint64 `json:"killed_suid"`
+	KilledSgid        uint64 `json:"killed_sgid"`
+	KilledCaps        uint64 `json:"killed_caps"`
+	CopyUps           uint64 `json:"copy_ups"`
+	Whiteouts         uint64 `json:"whiteouts"`
+	OpensPassthrough  uint64 `json:"opens_passthrough"`
+	OpensCached       uint64 `json:"opens_cached"`
+}
+
+// ReadStats runs `goverlay stats --json` on the mount and decodes it; the
+// keys the test relies on must all be present.
+func ReadStats(t testing.TB, m *Mounted) Stats {
+	t.Helper()
+	// The race-enabled binary sleeps 1s at exit (GORACE atexit_sleep_ms)
+	// unless told not to.
+	r := Run(t, 30*time.Second, []string{"GORACE=atexit_sleep_ms=0"}, Binary(t), "stats", "--json", m.Dir)
+	if r.Code != 0 {
+		t.Fatalf("goverlay stats --json %s: %s", m.Dir, r)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(r.Stdout), &raw); err != nil {
+		t.Fatalf("goverlay stats --json %s: %v\n%s", m.Dir, err, r.Stdout)
+	}
+	for _, k := range []string{"nosec", "getxattr_security_capability", "priv_checks", "priv_checks_skipped",
+		"killed_suid", "killed_sgid", "killed_caps", "opens_passthrough", "opens_cached"} {
+		if _, ok := raw[k]; !ok {
+			t.Fatalf("goverlay stats --json %s: no %q in %s", m.Dir, k, r.Stdout)
+		}
+	}
+	var s Stats
+	if err := json.Unmarshal([]byte(r.Stdout), &s); err != nil {
+		t.Fatalf("goverlay stats --json %s: %v\n%s", m.Dir, err, r.Stdout)
+	}
+	return s
+}
+
+var (
+	helpersMu    sync.Mutex
+	helpersBuilt = map[string]string{} // abs package dir → binary
+	helpersErr   = map[string]string{}
+)
+
+// BuildHelper builds the main package in pkgDir (relative to the test's
+// working directory, e.g. "./testdata/helper") once per test process into
+// the harness's build directory, which Main removes at the end. The
+// binary and its directory are readable and executable by every user, so
+// that tests can run it as another user.
+func BuildHelper(t testing.TB, pkgDir string) string {
+	t.Helper()
+	// The harness's build directory exists once Binary has run (unless
+	// GOVERLAY_TEST_BINARY names a prebuilt binary).
+	Binary(t)
+	abs, err := filepath.Abs(pkgDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	helpersMu.Lock()
+	defer helpersMu.Unlock()
+	if bin, ok := helpersBuilt[abs]; ok {
+		return bin
+	}
+	if e, ok := helpersErr[abs]; ok {
+		t.Fatal(e)
+	}
+	fail := func(msg string) {
+		helpersErr[abs] = msg
+		t.Fatal(msg)
+	}
+	if buildDir == "" {
+		dir, err := os.MkdirTemp("", "goverlay-bin-")
+		if err != nil {
+			fail(err.Error())
+		}
+		buildDir = dir
+	}
+	if err := os.Chmod(buildDir, 0o755); err != nil {
+		fail(err.Error())
+	}
+	bin := filepath.Join(buildDir, "helper-"+strconv.Itoa(len(helpersBuilt))+"-"+filepath.Base(abs))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	cmd.Dir = abs
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fail("go build " + pkgDir + ": " + err.Error() + "\n" + string(out))
+	}
+	if err := os.Chmod(bin, 0o755); err != nil {
+		fail(err.Error())
+	}
+	helpersBuilt[abs] = bin
+	return bin
+}
