@@ -44,6 +44,8 @@ func printVersion(w io.Writer) {
 
 const helpHeader = `usage: ` + usageLine + `
        goverlay SOURCE MOUNTPOINT -o OPTS     (mount helper: mount -t fuse.goverlay)
+       goverlay stats [--json] MOUNTPOINT     (counters of a live mount)
+       goverlay bench [FLAGS]                 (compare with the kernel overlay and fuse-overlayfs; bench --help)
 
 goverlay mounts a union of directories, like kernel overlayfs and
 fuse-overlayfs: the lower layers are read-only, changes go to upperdir.

@@ -34,6 +34,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		switch args[0] {
 		case "stats":
 			return runStats(args[1:], stdout, stderr)
+		case "bench":
+			return runBench(args[1:], stdout, stderr)
 		}
 	}
 	pipe := daemonPipe()

@@ -1,0 +1,324 @@
+// Package bench is `goverlay bench`: it mounts goverlay (the real binary,
+// as a subprocess), the kernel's overlayfs and fuse-overlayfs over identical
+// scratch layers, runs the same workloads on each and on the bare upper
+// directory, and reports min/median/max per target and workload with the
+// ratios to the kernel overlay.
+//
+// Runs interleave the targets: in each round every target is mounted over
+// fresh layers, then every workload runs on every target in turn (A B C,
+// A B C, ...), so that noise on a shared machine hits all targets alike.
+// Nothing is asserted about timings anywhere; this is a measuring tool.
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Config is one bench invocation.
+type Config struct {
+	// Binary is the goverlay executable mounted as a subprocess for the
+	// goverlay targets; empty means os.Executable().
+	Binary string
+	// Targets and Workloads name what to run (see Usage); empty means all.
+	// A workload name also selects every workload it prefixes: "fstime"
+	// is all nine fstime phases, "fstime-1024" its three.
+	Targets, Workloads []string
+	// Duration is how long each timed phase runs (fstime phases, metadata,
+	// stat-deep, path-miss, untar).
+	Duration time.Duration
+	// Runs is the number of interleaved rounds.
+	Runs int
+	// Dir is where the scratch tree goes; empty means os.TempDir().
+	Dir string
+	// JSON and SVG, when set, are files to write the report to.
+	JSON, SVG string
+	// Out receives the table at the end (nil: none); Progress the
+	// progress bar, shown only when it is a terminal (nil: none).
+	Out      io.Writer
+	Progress io.Writer
+}
+
+// Defaults. The issue suggested 2 s per phase; with 7 targets, 14
+// workloads and 3 rounds that takes over 10 minutes, and 1 s about 5¼
+// on a 2-vCPU machine, so the default is shorter still: about 4 minutes
+// for the full run (fstime itself uses 30 s).
+const (
+	DefaultDuration = 750 * time.Millisecond
+	DefaultRuns     = 3
+)
+
+// ParseFlags reads the arguments that follow "bench". With -h or --help it
+// prints the usage to stdout and returns flag.ErrHelp.
+func ParseFlags(args []string) (Config, error) {
+	c := Config{Duration: DefaultDuration, Runs: DefaultRuns}
+	fs := flag.NewFlagSet("goverlay bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	targets := fs.String("targets", "all", "")
+	workloads := fs.String("workloads", "all", "")
+	fs.DurationVar(&c.Duration, "duration", c.Duration, "")
+	fs.IntVar(&c.Runs, "runs", c.Runs, "")
+	fs.StringVar(&c.Dir, "dir", "", "")
+	fs.StringVar(&c.JSON, "json", "", "")
+	fs.StringVar(&c.SVG, "svg", "", "")
+	fs.StringVar(&c.Binary, "binary", "", "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			Usage(os.Stdout)
+			return c, err
+		}
+		return c, fmt.Errorf("bench: %w; see goverlay bench --help", err)
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("bench: unexpected argument %q; see goverlay bench --help", fs.Arg(0))
+	}
+	var err error
+	if c.Targets, err = expandTargets(splitList(*targets)); err != nil {
+		return c, err
+	}
+	if c.Workloads, err = expandWorkloads(splitList(*workloads)); err != nil {
+		return c, err
+	}
+	if c.Duration <= 0 {
+		return c, fmt.Errorf("bench: --duration must be positive, as in --duration 2s")
+	}
+	if c.Runs < 1 {
+		return c, fmt.Errorf("bench: --runs must be at least 1")
+	}
+	if c.Binary == "" {
+		if exe, err := os.Executable(); err == nil {
+			c.Binary = exe
+		}
+	}
+	return c, nil
+}
+
+// Usage prints the help text.
+func Usage(w io.Writer) {
+	fmt.Fprintf(w, `Usage: goverlay bench [OPTIONS]
+
+Mounts each target over identical scratch layers (a lower with some files,
+an empty upper and work) and runs the workloads on it. Targets are
+interleaved, round after round, so noise hits them alike; the table gives
+min/median/max per target and workload and the median relative to the
+kernel overlay.
+
+Options:
+  --targets LIST     comma-separated targets, or "all" (default all)
+  --workloads LIST   comma-separated workloads or prefixes of them, or "all"
+                     (default all); "fstime" is its 9 phases, "fstime-1024"
+                     that configuration's write, read and copy
+  --duration D       how long each timed phase runs (default %v)
+  --runs N           interleaved rounds (default %d)
+  --dir DIR          where the scratch tree goes (default %s); all layers
+                     live on that filesystem
+  --json FILE        write the whole report, every sample, as JSON
+  --svg FILE         write a bar chart of the medians relative to kernel
+  --binary PATH      goverlay binary to mount (default this program)
+
+Targets:
+`, DefaultDuration, DefaultRuns, os.TempDir())
+	for _, t := range allTargets {
+		fmt.Fprintf(w, "  %-34s %s\n", t.name, t.desc)
+	}
+	fmt.Fprintf(w, "\nWorkloads:\n")
+	for _, wl := range allWorkloads {
+		fmt.Fprintf(w, "  %-34s %s (%s)\n", wl.name, wl.desc, wl.unit)
+	}
+	fmt.Fprintf(w, `
+A target that cannot run here (not root, not installed, mount fails) is
+reported as skipped with the reason. Ctrl-C unmounts everything and removes
+the scratch tree.
+`)
+}
+
+func dedupe(list []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, s := range list {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// expandTargets checks names and expands "all"; the order is the canonical
+// one, which is also the interleaving order.
+func expandTargets(names []string) ([]string, error) {
+	if len(names) == 0 {
+		names = []string{"all"}
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		if n == "all" {
+			for _, t := range allTargets {
+				want[t.name] = true
+			}
+			continue
+		}
+		if findTarget(n) == nil {
+			return nil, fmt.Errorf("bench: unknown target %q; known: all, %s", n, strings.Join(targetNames(), ", "))
+		}
+		want[n] = true
+	}
+	var out []string
+	for _, t := range allTargets {
+		if want[t.name] {
+			out = append(out, t.name)
+		}
+	}
+	return out, nil
+}
+
+// expandWorkloads checks names, expands "all" and prefixes, and puts the
+// result in canonical order (fstime's read follows its write, as in fstime).
+func expandWorkloads(names []string) ([]string, error) {
+	if len(names) == 0 {
+		names = []string{"all"}
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		found := false
+		for _, w := range allWorkloads {
+			if n == "all" || w.name == n || strings.HasPrefix(w.name, n+"-") {
+				want[w.name] = true
+				found = true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("bench: unknown workload %q; known: all, fstime, fstime-256, fstime-1024, fstime-4096, %s", n, strings.Join(workloadNames(), ", "))
+		}
+	}
+	var out []string
+	for _, w := range allWorkloads {
+		if want[w.name] {
+			out = append(out, w.name)
+		}
+	}
+	return out, nil
+}
+
+// Run runs the benchmark. It writes the table to c.Out and the JSON and SVG
+// files if asked. SIGINT and SIGTERM (and ctx) stop it cleanly: the rounds
+// end, everything mounted is unmounted and the scratch tree removed; the
+// partial table is still written, the files are not, and the error is the
+// context's.
+func Run(ctx context.Context, c Config) (rep *Report, err error) {
+	if c.Duration <= 0 {
+		c.Duration = DefaultDuration
+	}
+	if c.Runs < 1 {
+		c.Runs = DefaultRuns
+	}
+	if c.Dir == "" {
+		c.Dir = os.TempDir()
+	}
+	if c.Binary == "" {
+		if exe, err := os.Executable(); err == nil {
+			c.Binary = exe
+		}
+	}
+	if c.Binary != "" {
+		if abs, err := filepath.Abs(c.Binary); err == nil {
+			c.Binary = abs
+		}
+	}
+	// Unknown targets are reported as skipped; unknown workloads are an
+	// error, there is nothing sensible to skip.
+	if len(c.Targets) == 0 {
+		c.Targets, _ = expandTargets(nil)
+	}
+	c.Targets = dedupe(c.Targets)
+	if c.Workloads, err = expandWorkloads(c.Workloads); err != nil {
+		return nil, err
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var cl cleanups
+	defer func() {
+		if cerr := cl.run(); cerr != nil && err == nil {
+			err = cerr
+		}
+		if rep != nil && c.Out != nil {
+			rep.WriteTable(c.Out)
+		}
+	}()
+
+	b, err := newBencher(ctx, c, &cl)
+	if err != nil {
+		return nil, err
+	}
+	rep = b.rep
+	b.loop()
+	rep.Finished = time.Now()
+	if ctx.Err() != nil {
+		rep.Interrupted = true
+		return rep, fmt.Errorf("bench interrupted: %w", ctx.Err())
+	}
+	rep.finish()
+	if c.JSON != "" {
+		if err := writeFile(c.JSON, rep.WriteJSON); err != nil {
+			return rep, fmt.Errorf("bench: write %s: %w", c.JSON, err)
+		}
+	}
+	if c.SVG != "" {
+		if err := rep.WriteSVG(c.SVG); err != nil {
+			return rep, fmt.Errorf("bench: write %s: %w", c.SVG, err)
+		}
+	}
+	return rep, nil
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// cleanups is a stack of undo steps, run last-in first-out whatever
+// happens.
+type cleanups struct {
+	fns []func() error
+}
+
+func (c *cleanups) push(f func() error) { c.fns = append(c.fns, f) }
+
+func (c *cleanups) run() error {
+	var errs []error
+	for i := len(c.fns) - 1; i >= 0; i-- {
+		if err := c.fns[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.fns = nil
+	return errors.Join(errs...)
+}

@@ -1,0 +1,387 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/overlay"
+)
+
+// Report is the outcome of Run: every sample of every (workload, target).
+type Report struct {
+	Config      ReportConfig `json:"config"`
+	Machine     Machine      `json:"machine"`
+	Scratch     string       `json:"scratch"`
+	Started     time.Time    `json:"started"`
+	Finished    time.Time    `json:"finished"`
+	Interrupted bool         `json:"interrupted,omitempty"`
+	// Reference is the target the ratios are relative to: kernel, when
+	// it ran.
+	Reference string          `json:"reference,omitempty"`
+	Targets   []*TargetStatus `json:"targets"`
+	Results   []*Result       `json:"results"`
+	Errors    []string        `json:"errors,omitempty"`
+}
+
+// ReportConfig is the Config as the report records it.
+type ReportConfig struct {
+	Binary          string   `json:"binary"`
+	Targets         []string `json:"targets"`
+	Workloads       []string `json:"workloads"`
+	Duration        string   `json:"duration"`
+	DurationSeconds float64  `json:"duration_seconds"`
+	Runs            int      `json:"runs"`
+	Dir             string   `json:"dir"`
+}
+
+// Machine describes where the numbers come from.
+type Machine struct {
+	NProc         int    `json:"nproc"`
+	Kernel        string `json:"kernel"`
+	KernelVersion string `json:"kernel_version"`
+	Arch          string `json:"arch"`
+	CPU           string `json:"cpu,omitempty"`
+	GoVersion     string `json:"go_version"`
+	ScratchFS     string `json:"scratch_fs"`
+	Goverlay      string `json:"goverlay_version,omitempty"`
+}
+
+// TargetStatus says whether a target ran, and what it said.
+type TargetStatus struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// Status is "ok" or "skipped" (it could not run here; Reason says
+	// why).
+	Status  string   `json:"status"`
+	Reason  string   `json:"reason,omitempty"`
+	Version string   `json:"version,omitempty"`
+	Notes   []string `json:"notes,omitempty"`
+	Errors  []string `json:"errors,omitempty"`
+	// Stats are a goverlay daemon's counters at the end of the last
+	// round.
+	Stats *overlay.Stats `json:"stats,omitempty"`
+}
+
+// Result is one (workload, target).
+type Result struct {
+	Workload       string    `json:"workload"`
+	Target         string    `json:"target"`
+	Unit           string    `json:"unit"`
+	HigherIsBetter bool      `json:"higher_is_better"`
+	Samples        []float64 `json:"samples"`
+	Errors         []string  `json:"errors,omitempty"`
+	Min            *float64  `json:"min,omitempty"`
+	Median         *float64  `json:"median,omitempty"`
+	Max            *float64  `json:"max,omitempty"`
+	// VsKernel is the median's performance relative to the reference
+	// target's: median/reference when higher is better, reference/median
+	// when lower is (path-miss), so that above 1 is always faster.
+	VsKernel *float64 `json:"vs_kernel,omitempty"`
+	// VsNoSecOff is the same for goverlay against goverlay-nosec-off, on
+	// the goverlay rows.
+	VsNoSecOff *float64 `json:"vs_nosec_off,omitempty"`
+	// GetxattrPer1000Writes are GETXATTR(security.capability) requests
+	// per 1000 write() calls in fstime write phases, from the goverlay
+	// daemon's counters, one per sample.
+	GetxattrPer1000Writes []float64 `json:"getxattr_per_1000_writes,omitempty"`
+	GetxattrMedian        *float64  `json:"getxattr_per_1000_writes_median,omitempty"`
+}
+
+func newReport(c Config) *Report {
+	return &Report{
+		Config: ReportConfig{
+			Binary: c.Binary, Targets: c.Targets, Workloads: c.Workloads,
+			Duration: c.Duration.String(), DurationSeconds: c.Duration.Seconds(),
+			Runs: c.Runs, Dir: c.Dir,
+		},
+		Started: time.Now(),
+	}
+}
+
+func (m *Machine) fill(binary string) {
+	m.NProc = runtime.NumCPU()
+	m.Arch = runtime.GOARCH
+	m.GoVersion = runtime.Version()
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		m.Kernel = unix.ByteSliceToString(u.Release[:])
+		m.KernelVersion = unix.ByteSliceToString(u.Version[:])
+	}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	if binary != "" {
+		if out, err := exec.Command(binary, "--version").Output(); err == nil {
+			m.Goverlay, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
+		}
+	}
+}
+
+// finish computes the summaries from the samples. It may run again.
+func (r *Report) finish() {
+	for _, t := range r.Targets {
+		if t.Reason != "" {
+			t.Status = "skipped"
+		}
+	}
+	r.Reference = ""
+	for _, name := range []string{"kernel"} {
+		if r.ran(name) {
+			r.Reference = name
+		}
+	}
+	for _, res := range r.Results {
+		res.Min, res.Median, res.Max, res.VsKernel, res.VsNoSecOff, res.GetxattrMedian = nil, nil, nil, nil, nil, nil
+		if len(res.Samples) == 0 {
+			continue
+		}
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, s := range res.Samples {
+			lo, hi = math.Min(lo, s), math.Max(hi, s)
+		}
+		med := median(res.Samples)
+		res.Min, res.Median, res.Max = &lo, &med, &hi
+		if len(res.GetxattrPer1000Writes) > 0 {
+			g := median(res.GetxattrPer1000Writes)
+			res.GetxattrMedian = &g
+		}
+	}
+	for _, res := range r.Results {
+		if r.Reference != "" {
+			res.VsKernel = r.relative(res, r.Reference)
+		}
+		if res.Target == "goverlay" {
+			res.VsNoSecOff = r.relative(res, "goverlay-nosec-off")
+		}
+	}
+}
+
+// ran reports whether target has at least one sample.
+func (r *Report) ran(target string) bool {
+	for _, res := range r.Results {
+		if res.Target == target && len(res.Samples) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Report) result(workload, target string) *Result {
+	for _, res := range r.Results {
+		if res.Workload == workload && res.Target == target {
+			return res
+		}
+	}
+	return nil
+}
+
+// relative is res's median performance relative to target's on the same
+// workload: above 1 is faster.
+func (r *Report) relative(res *Result, target string) *float64 {
+	ref := r.result(res.Workload, target)
+	if ref == nil || ref.Median == nil || res.Median == nil || *ref.Median == 0 || *res.Median == 0 {
+		return nil
+	}
+	v := *res.Median / *ref.Median
+	if !res.HigherIsBetter {
+		v = *ref.Median / *res.Median
+	}
+	return &v
+}
+
+// WriteJSON writes the whole report, every sample, as one JSON object.
+func (r *Report) WriteJSON(w io.Writer) error {
+	r.finish()
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteTable writes the results as text tables.
+func (r *Report) WriteTable(w io.Writer) {
+	var b bytes.Buffer
+	r.writeTable(&b)
+	// The tabwriter pads blank and short rows; drop trailing blanks.
+	for _, line := range strings.SplitAfter(b.String(), "\n") {
+		if strings.HasSuffix(line, "\n") {
+			line = strings.TrimRight(line, " \n") + "\n"
+		}
+		io.WriteString(w, line)
+	}
+}
+
+func (r *Report) writeTable(w io.Writer) {
+	r.finish()
+	m := r.Machine
+	fmt.Fprintf(w, "goverlay bench: %d interleaved run(s), %s per phase; Linux %s, %d CPU(s), %s; scratch on %s\n",
+		r.Config.Runs, r.Config.Duration, m.Kernel, m.NProc, m.GoVersion, m.ScratchFS)
+	if r.Interrupted {
+		fmt.Fprintf(w, "INTERRUPTED: partial results\n")
+	}
+	ref := r.Reference
+	if ref == "" {
+		ref = "kernel"
+		fmt.Fprintf(w, "MIN/MEDIAN/MAX over the runs; no kernel results, so no ratios\n\n")
+	} else {
+		fmt.Fprintf(w, "MIN/MEDIAN/MAX over the runs; VS %s = median relative to %s's, above 1 is faster (for µs: %s time / target time)\n\n", strings.ToUpper(ref), ref, ref)
+	}
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := []string{"WORKLOAD", "TARGET", "MIN", "MEDIAN", "MAX", "UNIT", "VS " + strings.ToUpper(ref), "GETXATTR/1000 WRITES"}
+	right := []bool{false, false, true, true, true, false, true, true}
+	rows := [][]string{header}
+	var prev string
+	for _, res := range r.Results {
+		if len(res.Samples) == 0 && len(res.Errors) == 0 {
+			continue // a skipped target
+		}
+		if prev != "" && res.Workload != prev {
+			rows = append(rows, nil)
+		}
+		prev = res.Workload
+		row := []string{res.Workload, res.Target, "-", "-", "-", res.Unit, "-", "-"}
+		if res.Median != nil {
+			row[2], row[3], row[4] = fmtNum(*res.Min), fmtNum(*res.Median), fmtNum(*res.Max)
+		} else {
+			row[3] = "error"
+		}
+		if res.VsKernel != nil {
+			row[6] = fmt.Sprintf("%.2f", *res.VsKernel)
+		}
+		if res.GetxattrMedian != nil {
+			row[7] = fmtNum(*res.GetxattrMedian)
+		}
+		rows = append(rows, row)
+	}
+	writeRows(tw, rows, right)
+	tw.Flush()
+
+	// goverlay against itself without NOSEC.
+	var cmp [][]string
+	for _, res := range r.Results {
+		if res.Target != "goverlay" || res.VsNoSecOff == nil {
+			continue
+		}
+		off := r.result(res.Workload, "goverlay-nosec-off")
+		cmp = append(cmp, []string{res.Workload, fmtNum(*res.Median), fmtNum(*off.Median), res.Unit, fmt.Sprintf("%.2f", *res.VsNoSecOff)})
+	}
+	if len(cmp) > 0 {
+		fmt.Fprintf(w, "\ngoverlay vs goverlay-nosec-off (medians; ratio above 1: goverlay is faster)\n\n")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		writeRows(tw, append([][]string{{"WORKLOAD", "GOVERLAY", "NOSEC-OFF", "UNIT", "RATIO"}}, cmp...), []bool{false, true, true, false, true})
+		tw.Flush()
+	}
+
+	fmt.Fprintf(w, "\nTargets\n\n")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	trows := [][]string{{"TARGET", "STATUS", "DETAILS"}}
+	for _, t := range r.Targets {
+		var details []string
+		if t.Reason != "" {
+			details = append(details, t.Reason)
+		} else {
+			if t.Description != "" {
+				details = append(details, t.Description)
+			}
+			if t.Version != "" {
+				details = append(details, t.Version)
+			}
+			if s := t.Stats; s != nil {
+				nosec := "off"
+				if s.NoSec {
+					nosec = "on"
+				}
+				details = append(details, fmt.Sprintf("NOSEC %s (%s)", nosec, s.NoSecReason),
+					fmt.Sprintf("opens: %d passthrough, %d cached", s.OpensPassthrough, s.OpensCached))
+			}
+			details = append(details, t.Notes...)
+			details = append(details, t.Errors...)
+		}
+		trows = append(trows, []string{t.Name, t.Status, oneLine(strings.Join(details, "; "))})
+	}
+	writeRows(tw, trows, nil)
+	tw.Flush()
+
+	var errs []string
+	for _, res := range r.Results {
+		for _, e := range res.Errors {
+			errs = append(errs, fmt.Sprintf("%s on %s: %s", res.Workload, res.Target, e))
+		}
+	}
+	errs = append(errs, r.Errors...)
+	if len(errs) > 0 {
+		fmt.Fprintf(w, "\nErrors\n\n")
+		for _, e := range errs {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
+	}
+}
+
+// writeRows writes rows through a tabwriter, padding the columns marked in
+// right on the left so that numbers line up on their last digit. A nil row
+// is a blank line that keeps the columns aligned.
+func writeRows(w io.Writer, rows [][]string, right []bool) {
+	width := map[int]int{}
+	for _, row := range rows {
+		for i, c := range row {
+			width[i] = max(width[i], len([]rune(c)))
+		}
+	}
+	n := len(rows[0])
+	for _, row := range rows {
+		if row == nil {
+			fmt.Fprintln(w, strings.Repeat("\t", n-1))
+			continue
+		}
+		cells := make([]string, len(row))
+		for i, c := range row {
+			if i < len(right) && right[i] {
+				c = strings.Repeat(" ", width[i]-len([]rune(c))) + c
+			}
+			cells[i] = c
+		}
+		fmt.Fprintln(w, strings.Join(cells, "\t"))
+	}
+}
+
+// fmtNum prints a rate or a time with three or more significant digits,
+// thousands separated.
+func fmtNum(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1000:
+		s := fmt.Sprintf("%.0f", v)
+		var b strings.Builder
+		for i, c := range s {
+			if i > 0 && (len(s)-i)%3 == 0 && s[i-1] != '-' {
+				b.WriteByte(',')
+			}
+			b.WriteRune(c)
+		}
+		return b.String()
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}

@@ -1,0 +1,340 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/overlay"
+)
+
+type targetKind int
+
+const (
+	kindNative targetKind = iota
+	kindKernel
+	kindFuseOverlayfs
+	kindGoverlay
+)
+
+// targetDef is one way of presenting the layers.
+type targetDef struct {
+	name string
+	kind targetKind
+	// opts are extra -o options for goverlay. The goverlay target passes
+	// none: nosec=inherit and passthrough on are the defaults.
+	opts []string
+	desc string
+}
+
+var allTargets = []*targetDef{
+	{name: "native", kind: kindNative, desc: "the upper directory itself, no overlay (holds a copy of the lower)"},
+	{name: "kernel", kind: kindKernel, desc: "kernel overlayfs (mount -t overlay)"},
+	{name: "fuse-overlayfs", kind: kindFuseOverlayfs, desc: "fuse-overlayfs, when installed"},
+	{name: "goverlay", kind: kindGoverlay, desc: "goverlay, nosec=inherit, passthrough on (the defaults)"},
+	{name: "goverlay-nosec-off", kind: kindGoverlay, opts: []string{"nosec=off"}, desc: "goverlay -o nosec=off"},
+	{name: "goverlay-nopassthrough", kind: kindGoverlay, opts: []string{"passthrough=off"}, desc: "goverlay -o passthrough=off"},
+	{name: "goverlay-nosec-off-nopassthrough", kind: kindGoverlay, opts: []string{"nosec=off", "passthrough=off"}, desc: "goverlay -o nosec=off,passthrough=off"},
+}
+
+func findTarget(name string) *targetDef {
+	for _, t := range allTargets {
+		if t.name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+func targetNames() []string {
+	var n []string
+	for _, t := range allTargets {
+		n = append(n, t.name)
+	}
+	return n
+}
+
+// precheck says why the target cannot run here at all, or "".
+func (t *targetDef) precheck(c Config) string {
+	switch t.kind {
+	case kindKernel:
+		if os.Geteuid() != 0 {
+			return "mounting kernel overlayfs needs root"
+		}
+	case kindFuseOverlayfs:
+		if _, err := exec.LookPath("fuse-overlayfs"); err != nil {
+			return "fuse-overlayfs is not installed (not found in PATH)"
+		}
+	case kindGoverlay:
+		if c.Binary == "" {
+			return "no goverlay binary (--binary)"
+		}
+		if st, err := os.Stat(c.Binary); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return fmt.Sprintf("goverlay binary %s is not an executable file", c.Binary)
+		}
+	}
+	return ""
+}
+
+// version returns the target's version line, if it has one.
+func (t *targetDef) version(c Config) string {
+	var out []byte
+	switch t.kind {
+	case kindKernel:
+		var u unix.Utsname
+		if unix.Uname(&u) == nil {
+			return "Linux " + unix.ByteSliceToString(u.Release[:])
+		}
+	case kindFuseOverlayfs:
+		out, _ = exec.Command("fuse-overlayfs", "--version").CombinedOutput()
+	case kindGoverlay:
+		out, _ = exec.Command(c.Binary, "--version").CombinedOutput()
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line
+}
+
+// instance is a target set up for one round.
+type instance struct {
+	def   *targetDef
+	state *targetState
+	// root is where workloads run: the mountpoint, or for native the
+	// upper directory.
+	root string
+	dir  string
+	pid  int // goverlay's daemon
+}
+
+// setup makes fresh upper and work directories under dir and mounts the
+// target. Undo steps go on cl.
+func (t *targetDef) setup(ctx context.Context, b *bencher, dir string, cl *cleanups) (*instance, error) {
+	inst := &instance{def: t, dir: dir}
+	upperDir, work, mnt := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "mnt")
+	cl.push(func() error { return os.RemoveAll(dir) })
+	for _, d := range []string{upperDir, work, mnt} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if t.kind == kindNative {
+		// The native target sees the same files as the overlays.
+		if err := copyTree(b.lower, upperDir); err != nil {
+			return nil, fmt.Errorf("copy the lower into the native directory: %w", err)
+		}
+		inst.root = upperDir
+		return inst, prepareTarget(inst)
+	}
+	for _, p := range []string{b.lower, upperDir, work, mnt} {
+		if strings.ContainsAny(p, ",:\\") {
+			return nil, fmt.Errorf("scratch path %s contains ',', ':' or '\\', which overlay options cannot carry; choose another --dir", p)
+		}
+	}
+	layers := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", b.lower, upperDir, work)
+	// Unmount whatever ends up on mnt, even if the mount command failed
+	// half-way or was interrupted.
+	cl.push(func() error { return unmountAll(mnt) })
+	var err error
+	switch t.kind {
+	case kindKernel:
+		err = unix.Mount("overlay", mnt, "overlay", 0, layers)
+		if err != nil {
+			err = fmt.Errorf("mount -t overlay: %w", err)
+		}
+	case kindFuseOverlayfs:
+		_, err = runMount(ctx, "fuse-overlayfs", "-o", layers, mnt)
+	case kindGoverlay:
+		pidfile := filepath.Join(dir, "pid")
+		opts := strings.Join(append([]string{layers}, t.opts...), ",")
+		var out string
+		out, err = runMount(ctx, b.cfg.Binary, "-o", opts, "--pidfile", pidfile, mnt)
+		for _, line := range strings.Split(out, "\n") {
+			// The NOSEC decision is in the daemon's stats, read
+			// at the end of the round.
+			if line = strings.TrimSpace(line); line != "" && !strings.Contains(line, "NOSEC ") {
+				b.targetNote(t.name, line)
+			}
+		}
+		if err == nil {
+			inst.pid = readPid(pidfile)
+			// Wait for the daemon to go after the unmount (pushed
+			// after, so it runs before): the next round must not
+			// share the CPU with a departing daemon.
+			cl.push(func() error { waitGone(inst.pid, 5*time.Second); return nil })
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !isMountpoint(mnt) {
+		return nil, fmt.Errorf("the mount command succeeded but nothing is mounted on %s", mnt)
+	}
+	cl.push(func() error { return unmountAll(mnt) })
+	inst.root = mnt
+	return inst, prepareTarget(inst)
+}
+
+func (b *bencher) targetNote(target, note string) {
+	for _, ts := range b.targets {
+		if ts.def.name == target {
+			ts.status.Notes = appendOnce(ts.status.Notes, note)
+		}
+	}
+}
+
+// runMount runs a mount command that returns once the mount is live.
+func runMount(ctx context.Context, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	// In its own process group: Ctrl-C on the terminal is ours to
+	// handle, by unmounting, not the mount helper's.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A daemon that kept our pipe would make us wait for EOF forever.
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	text := strings.TrimSpace(string(out))
+	if err != nil {
+		if text != "" {
+			return text, fmt.Errorf("%s: %v: %s", filepath.Base(name), err, oneLine(text))
+		}
+		return text, fmt.Errorf("%s: %v", filepath.Base(name), err)
+	}
+	return text, nil
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+func readPid(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+// waitGone waits until process pid has exited.
+func waitGone(pid int, limit time.Duration) {
+	if pid <= 0 {
+		return
+	}
+	for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
+			return
+		}
+	}
+}
+
+// readStats asks a goverlay daemon for its counters.
+func readStats(mnt string) (overlay.Stats, error) {
+	return overlay.ReadStats(mnt)
+}
+
+// mountinfo returns the mountpoints in /proc/self/mountinfo, in order.
+func mountinfo() []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var mps []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 {
+			mps = append(mps, unescapeMountinfo(fields[4]))
+		}
+	}
+	return mps
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for a space, ...).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isMountpoint(path string) bool {
+	for _, mp := range mountinfo() {
+		if mp == path {
+			return true
+		}
+	}
+	return false
+}
+
+// mountsUnder lists what is mounted at or below dir.
+func mountsUnder(dir string) []string {
+	var out []string
+	for _, mp := range mountinfo() {
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out
+}
+
+// unmountAll unmounts everything stacked on mnt: politely a few times
+// while it is busy, then by detaching it.
+func unmountAll(mnt string) error {
+	for tries := 0; isMountpoint(mnt); tries++ {
+		if tries > 20 {
+			return fmt.Errorf("cannot unmount %s", mnt)
+		}
+		err := unix.Unmount(mnt, 0)
+		switch {
+		case err == nil, errors.Is(err, unix.EINVAL):
+		case errors.Is(err, unix.EBUSY) && tries < 10:
+			time.Sleep(100 * time.Millisecond)
+		case errors.Is(err, unix.EPERM):
+			// Not root: a user's FUSE mount.
+			if out, ferr := exec.Command("fusermount3", "-u", "-z", mnt).CombinedOutput(); ferr != nil {
+				return fmt.Errorf("fusermount3 -u -z %s: %v: %s", mnt, ferr, oneLine(string(out)))
+			}
+		default:
+			if derr := unix.Unmount(mnt, unix.MNT_DETACH); derr != nil && !errors.Is(derr, unix.EINVAL) {
+				return fmt.Errorf("unmount %s: %v; detach: %v", mnt, err, derr)
+			}
+		}
+	}
+	return nil
+}
+
+// removeScratch detaches anything still mounted below root, deepest
+// first, and removes the tree. It never removes through a mount.
+func removeScratch(root string) error {
+	mps := mountsUnder(root)
+	for i := len(mps) - 1; i >= 0; i-- {
+		unmountAll(mps[i])
+	}
+	if left := mountsUnder(root); len(left) > 0 {
+		return fmt.Errorf("still mounted, scratch tree %s left in place: %s", root, strings.Join(left, " "))
+	}
+	return os.RemoveAll(root)
+}
