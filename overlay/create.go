@@ -93,7 +93,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	return child, newHandle(child.Operations().(*node), fd, true), fuse.FOPEN_KEEP_CACHE, 0
+	return child, newHandle(child.Operations().(*node), fd, true, true), fuse.FOPEN_KEEP_CACHE, 0
 }
 
 var _ = (fs.NodeMkdirer)((*node)(nil))

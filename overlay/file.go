@@ -45,7 +45,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	// The layers change only through this mount, which keeps the page
 	// cache right itself: the kernel may keep a file's pages across opens.
-	return newHandle(n, fd, par.Layer.Upper), fuse.FOPEN_KEEP_CACHE, 0
+	return newHandle(n, fd, par.Layer.Upper, write), fuse.FOPEN_KEEP_CACHE, 0
 }
 
 var _ = (fs.NodeReadlinker)((*node)(nil))

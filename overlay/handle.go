@@ -29,10 +29,11 @@ type handle struct {
 	upper bool // fd is the upper file's
 }
 
-// newHandle wraps fd, an open file of n (in the upper layer when upper).
-func newHandle(n *node, fd int, upper bool) *handle {
+// newHandle wraps fd, an open file of n (in the upper layer when upper),
+// opened for writing when write.
+func newHandle(n *node, fd int, upper, write bool) *handle {
 	h := &handle{n: n, fd: fd, upper: upper}
-	h.passthrough = n.openMode(upper)
+	h.passthrough = n.openMode(upper, write)
 	return h
 }
 

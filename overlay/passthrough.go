@@ -19,12 +19,24 @@ package overlay
 // bits). Setattr takes an empty SETATTR on a regular file as that request
 // and strips the file (killPrivsNow).
 
-// openMode decides the I/O mode of a new handle of n and counts it:
-// passthrough for an upper file unless a cached handle is open.
-func (n *node) openMode(upper bool) (passthrough bool) {
+// openMode decides the I/O mode of a new handle of n and counts it.
+//
+// Writers get passthrough: that is where it pays (no WRITE request per
+// write). Readers get the page cache (FOPEN_KEEP_CACHE), which serves
+// repeated reads and execs without a backing file to set up per open; a
+// reader joins passthrough only while a passthrough handle is open, since
+// the kernel refuses to mix the two modes on one inode (ETXTBSY). For the
+// same reason a writer stays cached while a cached handle is open.
+func (n *node) openMode(upper, write bool) (passthrough bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	passthrough = upper && n.ofs.opts.Passthrough && n.openCached == 0
+	switch {
+	case !upper || !n.ofs.opts.Passthrough:
+	case write:
+		passthrough = n.openCached == 0
+	default:
+		passthrough = n.openPassthrough > 0
+	}
 	if passthrough {
 		n.openPassthrough++
 		n.ofs.stats.opensPassthrough.Add(1)
