@@ -2,6 +2,7 @@ package lower
 
 import (
 	"errors"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -48,6 +49,8 @@ type Entry struct {
 	// Opaque is set when the directory's chain was cut by an opaque marker
 	// (as opposed to reaching the bottom layer or a non-directory).
 	Opaque bool
+	// Redirect is the topmost instance's overlay.redirect, if any.
+	Redirect string
 }
 
 // IsDir reports whether the entry is a directory.
@@ -59,16 +62,25 @@ func (e *Entry) IsDir() bool { return e.Stat.Mode&unix.S_IFMT == unix.S_IFDIR }
 //     directory) hides the name in the layers below it;
 //   - a non-directory ends the walk, and hides any directory below it;
 //   - a directory is merged with the directories of the same name below it
-//     until one of them is opaque or a layer has a non-directory there.
+//     until one of them is opaque or a layer has a non-directory there;
+//   - a directory with a redirect (overlay.redirect, written when a
+//     directory with lower instances was renamed) is merged with the
+//     directories at the redirect's path instead: an absolute path from
+//     the root of each layer below (layers is the whole stack, topmost
+//     first), or a name in the same parent.
 //
 // It returns unix.ENOENT when the name is absent or whited out.
-func (c Chain) Lookup(name string) (*Entry, error) {
+func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
 	var e *Entry
-	for _, m := range c {
+	var owned Chain // directories opened to follow an absolute redirect
+	defer func() { owned.Close() }()
+	cur, curName := c, name
+	for k := 0; k < len(cur); k++ {
+		m := cur[k]
 		var st unix.Stat_t
-		err := m.Stat(name, &st)
+		err := m.Stat(curName, &st)
 		if errors.Is(err, unix.ENOENT) {
-			if m.hasEntry(WhiteoutPrefix + name) {
+			if m.hasEntry(WhiteoutPrefix + curName) {
 				break
 			}
 			continue
@@ -81,7 +93,7 @@ func (c Chain) Lookup(name string) (*Entry, error) {
 			}
 			return nil, err
 		}
-		if IsWhiteout(&st) || (m.XWhiteouts && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == 0 && m.isXattrWhiteout(name)) {
+		if IsWhiteout(&st) || (m.XWhiteouts && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == 0 && m.isXattrWhiteout(curName)) {
 			break
 		}
 		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
@@ -94,7 +106,7 @@ func (c Chain) Lookup(name string) (*Entry, error) {
 			// A non-directory below a directory is hidden.
 			break
 		}
-		d, err := m.OpenDir(name)
+		d, err := m.OpenDir(curName)
 		if err != nil {
 			if len(e.Chain) == 0 {
 				return nil, err
@@ -107,11 +119,112 @@ func (c Chain) Lookup(name string) (*Entry, error) {
 			e.Opaque = true
 			break
 		}
+		r, ok := d.redirect()
+		if !ok {
+			continue
+		}
+		if len(e.Chain) == 1 {
+			e.Redirect = r
+		}
+		if r[0] != '/' {
+			// The same parent, another name.
+			curName = r
+			continue
+		}
+		// From the root of each layer below.
+		parent, base := splitRedirect(r)
+		owned.Close()
+		owned = walkLayers(layers, m.Layer.Index+1, parent)
+		cur, curName, k = owned, base, -1
 	}
 	if e == nil {
 		return nil, unix.ENOENT
 	}
 	return e, nil
+}
+
+// redirect reads a directory's overlay.redirect, if it has a usable one: an
+// absolute path or a single name, without "." or ".." components, so that
+// following it can never leave the layers (a redirect is never followed
+// through a symlink either: walkLayers opens with O_NOFOLLOW).
+func (d *Dir) redirect() (string, bool) {
+	for _, prefix := range []string{TrustedPrefix, UserPrefix} {
+		v, err := d.Getxattr("", prefix+"redirect")
+		if err != nil {
+			continue
+		}
+		r := string(v)
+		if !validRedirect(r) {
+			return "", false
+		}
+		return r, true
+	}
+	return "", false
+}
+
+func validRedirect(r string) bool {
+	if r == "" || len(r) > 4096 || strings.IndexByte(r, 0) >= 0 {
+		return false
+	}
+	if r[0] != '/' {
+		return !strings.Contains(r, "/") && r != "." && r != ".."
+	}
+	for _, c := range strings.Split(r[1:], "/") {
+		if c == "" || c == "." || c == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+// splitRedirect splits an absolute redirect into its parent path and name.
+func splitRedirect(r string) (parent, name string) {
+	i := strings.LastIndexByte(r, '/')
+	return r[:i], r[i+1:]
+}
+
+// walkLayers opens the directory at the absolute path p ("" is the root)
+// in each layer from index from down, one O_NOFOLLOW step at a time.
+// Layers where the path is missing or not a directory are left out.
+func walkLayers(layers []*Layer, from int, p string) Chain {
+	var out Chain
+	for _, l := range layers {
+		if l.Index < from {
+			continue
+		}
+		d := l.root
+		var opened *Dir
+		ok := true
+		for _, comp := range strings.Split(strings.TrimPrefix(p, "/"), "/") {
+			if comp == "" {
+				continue
+			}
+			next, err := d.OpenDir(comp)
+			if opened != nil {
+				opened.Close()
+			}
+			if err != nil {
+				ok = false
+				opened = nil
+				break
+			}
+			d, opened = next, next
+		}
+		if !ok {
+			continue
+		}
+		if opened == nil {
+			// The root itself: a Dir of our own, so that Close on
+			// the chain does not close the layer's root.
+			fd, err := unix.Openat(l.root.FD(), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				continue
+			}
+			opened = NewDir(l, fd)
+		}
+		out = append(out, Member{Dir: opened})
+	}
+	return out
 }
 
 // hasEntry reports whether name exists in d. Errors, such as a whiteout name

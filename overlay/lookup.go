@@ -25,7 +25,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	n.mu.Lock()
 	chain := n.chain
 	n.mu.Unlock()
-	e, err := chain.Lookup(name)
+	e, err := chain.Lookup(name, n.ofs.layers)
 	if err != nil {
 		if err == syscall.ENOENT {
 			n.ofs.stats.negativeLookups.Add(1)

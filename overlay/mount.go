@@ -39,6 +39,10 @@ type Options struct {
 	Passthrough bool
 	// NoACL turns off POSIX ACL enforcement (-o noacl).
 	NoACL bool
+	// RedirectDirOff refuses to move directories that have lower
+	// instances (EXDEV), as the kernel with redirect_dir=off; by default
+	// they move with a redirect (-o redirect_dir=on).
+	RedirectDirOff bool
 
 	// FsName is the mount's source as /proc/mounts shows it.
 	FsName string

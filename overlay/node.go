@@ -39,6 +39,9 @@ type node struct {
 	mu sync.Mutex
 	// chain is the merged directory, topmost first; nil for non-directories.
 	chain lower.Chain
+	// redirect is a directory's overlay.redirect: where its lower
+	// instances are, when it was moved.
+	redirect string
 	// parent and name locate a non-directory.
 	parent lower.Member
 	name   string
@@ -73,6 +76,7 @@ func (n *node) newChild(ctx context.Context, name string, e *lower.Entry) *fs.In
 	c := &node{ofs: n.ofs}
 	if e.IsDir() {
 		c.chain = e.Chain
+		c.redirect = e.Redirect
 		c.computeFastExec(&e.Stat)
 		// OnForget closes the fds of a node the kernel knew; a node
 		// go-fuse discarded (it lost a lookup race to an equal one)

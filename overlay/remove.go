@@ -22,7 +22,7 @@ func (n *node) lowerPart() lower.Chain {
 // inLower reports whether name is visible in the lower layers of
 // directory n, which decides whether removing it needs a whiteout.
 func (n *node) inLower(name string) (bool, error) {
-	e, err := n.lowerPart().Lookup(name)
+	e, err := n.lowerPart().Lookup(name, n.ofs.layers)
 	if err != nil {
 		if err == syscall.ENOENT {
 			return false, nil
@@ -41,7 +41,7 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errn
 	n.mu.Lock()
 	chain := n.chain
 	n.mu.Unlock()
-	e, err := chain.Lookup(name)
+	e, err := chain.Lookup(name, n.ofs.layers)
 	if err != nil {
 		return errno(err)
 	}

@@ -12,21 +12,62 @@ import (
 )
 
 // prepareMove copies c, the child about to be moved, into the upper layer.
-// A directory that has instances in lower layers cannot move: that needs
-// redirect_dir, which is not implemented yet, so the answer is EXDEV, the
-// kernel overlay's answer with redirect_dir=off, and mv(1) falls back to
-// copying.
-func (c *node) prepareMove(ctx context.Context) syscall.Errno {
+//
+// A directory with instances in lower layers moves with a redirect, as the
+// kernel does with redirect_dir=on (Linux: fs/overlayfs/dir.c
+// ovl_set_redirect()): its upper instance records the path of its lower
+// instances, overlay.redirect (always absolute here), so that a later
+// lookup, ours or the kernel's, merges it with them wherever it now is.
+// It reports whether c got a redirect. With redirect_dir=off, or for an
+// exchange, the answer is EXDEV, the kernel's answer with redirect_dir=off,
+// and mv(1) falls back to copying.
+func (c *node) prepareMove(ctx context.Context, exchange bool) (redirected bool, e syscall.Errno) {
 	if !c.isDir() {
-		return errno(c.copyUp(ctx, true))
+		return false, errno(c.copyUp(ctx, true))
 	}
 	c.mu.Lock()
 	pure := len(c.chain) == 1 && c.chain[0].Layer.Upper
 	c.mu.Unlock()
-	if !pure {
-		return syscall.EXDEV
+	if pure {
+		return false, 0
 	}
-	return 0
+	if c.ofs.opts.RedirectDirOff || exchange {
+		return false, syscall.EXDEV
+	}
+	path := c.lowerPath()
+	d, err := c.upperDir(ctx)
+	if err != nil {
+		return false, errno(err)
+	}
+	if err := c.ofs.upper.SetRedirect(d, path); err != nil {
+		return false, errno(err)
+	}
+	c.mu.Lock()
+	c.redirect = path
+	c.mu.Unlock()
+	return true, 0
+}
+
+// lowerPath is where directory c's lower instances are, from the root:
+// its redirect, or its name under its parent's lower path.
+func (c *node) lowerPath() string {
+	if c.IsRoot() {
+		return ""
+	}
+	c.mu.Lock()
+	r := c.redirect
+	c.mu.Unlock()
+	name, p := c.parentNode()
+	switch {
+	case r != "" && r[0] == '/':
+		return r
+	case r != "":
+		name = r
+	}
+	if p == nil {
+		return "/" + name
+	}
+	return p.lowerPath() + "/" + name
 }
 
 var _ = (fs.NodeRenamer)((*node)(nil))
@@ -50,7 +91,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	np.mu.Lock()
 	nchain := np.chain
 	np.mu.Unlock()
-	dstE, err := nchain.Lookup(newName)
+	dstE, err := nchain.Lookup(newName, n.ofs.layers)
 	dstExists := err == nil
 	if err != nil && err != syscall.ENOENT {
 		return errno(err)
@@ -72,7 +113,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return syscall.ENOENT
 		}
 		dst = dstIn.Operations().(*node)
-		if errno := dst.prepareMove(ctx); errno != 0 {
+		if _, errno := dst.prepareMove(ctx, true); errno != 0 {
 			return errno
 		}
 	} else if dstExists && dstE.IsDir() {
@@ -84,8 +125,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return syscall.ENOTEMPTY
 		}
 	}
-	if errno := src.prepareMove(ctx); errno != 0 {
-		return errno
+	redirected, e := src.prepareMove(ctx, exchange)
+	if e != 0 {
+		return e
 	}
 	sd, err := n.upperDir(ctx)
 	if err != nil {
@@ -96,9 +138,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return errno(err)
 	}
 	// A directory landing on a name that a lower directory has must not
-	// merge with it.
+	// merge with it; a redirected one merges with what its redirect says.
 	opaque := false
-	if src.isDir() {
+	if src.isDir() && !redirected {
 		if opaque, err = np.inLower(newName); err != nil {
 			return errno(err)
 		}

@@ -199,9 +199,6 @@ func TestRenameLowerFileLeavesWhiteout(t *testing.T) {
 	if !isWhiteout(t, up+"/a") {
 		t.Errorf("no whiteout at the old name")
 	}
-	if err := os.Rename(mnt+"/dir", mnt+"/dir2"); !errors.Is(err, syscall.EXDEV) {
-		t.Errorf("rename of a lower dir: %v, want EXDEV (redirect_dir not implemented)", err)
-	}
 	if err := os.Mkdir(mnt+"/up", 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -300,5 +297,76 @@ func TestConcurrentCopyUps(t *testing.T) {
 		if len(got) != 100000 || got[:4] != "0123" || strings.Count(got, "x") != 100000-4 {
 			t.Errorf("file %d: len %d head %q", i, len(got), got[:8])
 		}
+	}
+}
+
+// TestRenameLowerDirWithRedirect: a directory with lower instances moves
+// with a redirect; the result reads the same through goverlay after a
+// remount and through the kernel overlay (which follows redirects).
+func TestRenameLowerDirWithRedirect(t *testing.T) {
+	lo := t.TempDir()
+	write(t, lo+"/dir/x", "X")
+	write(t, lo+"/dir/sub/y", "Y")
+	write(t, lo+"/other/z", "Z")
+	up, work := t.TempDir(), t.TempDir()
+	o := Options{Lower: []string{lo}, Upper: up, Work: work}
+	mnt := mountT(t, o)
+	if err := os.Rename(mnt+"/dir", mnt+"/moved"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(mnt+"/deep/er", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A child of a moved directory moves again: its redirect must name
+	// where it is in the lower layer, not where its parent is now.
+	if err := os.Rename(mnt+"/moved/sub", mnt+"/deep/er/sub2"); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"moved/x": "X", "deep/er/sub2/y": "Y", "other/z": "Z"}
+	check := func(where, m string) {
+		t.Helper()
+		for p, c := range want {
+			if b, err := os.ReadFile(m + "/" + p); err != nil || string(b) != c {
+				t.Errorf("%s: %s: %q %v, want %q", where, p, b, err, c)
+			}
+		}
+		for _, gone := range []string{"dir", "moved/sub"} {
+			if _, err := os.Lstat(m + "/" + gone); !os.IsNotExist(err) {
+				t.Errorf("%s: %s still there: %v", where, gone, err)
+			}
+		}
+	}
+	check("live", mnt)
+	if v, err := xattr.Get(up+"/moved", "trusted.overlay.redirect"); err != nil || string(v) != "/dir" {
+		t.Errorf("upper/moved redirect: %q %v, want /dir", v, err)
+	}
+	if v, err := xattr.Get(up+"/deep/er/sub2", "trusted.overlay.redirect"); err != nil || string(v) != "/dir/sub" {
+		t.Errorf("upper/deep/er/sub2 redirect: %q %v, want /dir/sub", v, err)
+	}
+	if !isWhiteout(t, up+"/dir") {
+		t.Errorf("no whiteout at the old name")
+	}
+
+	// A second mount of the same layers (only read from now on).
+	check("goverlay remount", mountT(t, Options{Lower: []string{lo}, Upper: up, Work: t.TempDir()}))
+
+	// The kernel overlay reads what goverlay wrote. (t.TempDir is on the
+	// upper's filesystem, as a workdir must be.)
+	kmnt, kwork := t.TempDir(), t.TempDir()
+	err := unix.Mount("overlay", kmnt, "overlay", 0, "lowerdir="+lo+",upperdir="+up+",workdir="+kwork+",redirect_dir=on")
+	if err != nil {
+		t.Skipf("kernel overlay: %v", err)
+	}
+	defer unix.Unmount(kmnt, unix.MNT_DETACH)
+	check("kernel", kmnt)
+}
+
+func TestRenameLowerDirRedirectOff(t *testing.T) {
+	lo := t.TempDir()
+	write(t, lo+"/dir/x", "X")
+	up, work := t.TempDir(), t.TempDir()
+	mnt := mountT(t, Options{Lower: []string{lo}, Upper: up, Work: work, RedirectDirOff: true})
+	if err := os.Rename(mnt+"/dir", mnt+"/dir2"); !errors.Is(err, syscall.EXDEV) {
+		t.Errorf("rename of a lower dir with redirect_dir=off: %v, want EXDEV", err)
 	}
 }

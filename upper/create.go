@@ -300,3 +300,10 @@ func (l *Layer) ClearWhiteouts(d *lower.Dir, name string) error {
 	}
 	return nil
 }
+
+// SetRedirect records on the upper directory d where its lower instances
+// are (the kernel's overlay.redirect format: an absolute path from the
+// root).
+func (l *Layer) SetRedirect(d *lower.Dir, path string) error {
+	return xattr.Set(d.ProcPath(""), l.opts.XattrPrefix+"redirect", []byte(path))
+}

@@ -18,14 +18,15 @@ type config struct {
 	Source      string // SOURCE of the mount-helper form, "" if absent
 	FsName      string // shown in /proc/mounts
 
-	UserXattr     bool
-	NoFsync       bool // fsync=0 or volatile
-	NoSec         overlay.NoSecMode
-	NoPassthrough bool // passthrough=off
-	NoACL         bool
-	AllowOther    bool     // asked for explicitly; root gets it anyway
-	ReadOnly      bool     // "ro" among KernelOptions
-	KernelOptions []string // resolved mount flags, see resolveFlags
+	UserXattr      bool
+	NoFsync        bool // fsync=0 or volatile
+	NoSec          overlay.NoSecMode
+	NoPassthrough  bool // passthrough=off
+	NoACL          bool
+	RedirectDirOff bool     // redirect_dir=off|follow|nofollow
+	AllowOther     bool     // asked for explicitly; root gets it anyway
+	ReadOnly       bool     // "ro" among KernelOptions
+	KernelOptions  []string // resolved mount flags, see resolveFlags
 
 	Foreground bool
 	Debug      bool

@@ -66,6 +66,7 @@ var optionTable = []optionInfo{
 	{"nosec", "inherit|on|off", optSupported, "let the kernel skip the security.capability check on writes: inherit (default) when the upper filesystem is local, on, or off"},
 	{"passthrough", "on|off", optSupported, "on (default): the kernel reads and writes files of the upper layer directly (FUSE passthrough; Linux 6.9+, root); off: every read and write goes through goverlay"},
 	{"noacl", "", optSupported, "do not enforce POSIX ACLs (fuse-overlayfs)"},
+	{"redirect_dir", "on|off|follow|nofollow", optSupported, "on (default): a directory with lower instances is renamed in place with an overlay.redirect xattr, as the kernel does with redirect_dir=on; off, follow, nofollow: such renames fail with EXDEV (mv falls back to copying). Redirects on disk are always followed"},
 
 	{"rw", "", optKernel, "default; dropped"},
 	{"nosuid", "", optKernel, "ignore set-user/group-ID bits; wins over suid"},
@@ -101,7 +102,6 @@ var optionTable = []optionInfo{
 	{"plugins", "PATH[:PATH...]", optNotYet, "layer-format plugins (fuse-overlayfs)"},
 	{"context", `"LABEL"`, optNotYet, "SELinux context for every file (containers/storage passes it)"},
 	{"xino", "on|off|auto", optNotYet, "inode-number scheme (kernel overlayfs)"},
-	{"redirect_dir", "on|off|follow|nofollow", optNotYet, "directory renames by redirect (kernel overlayfs)"},
 	{"index", "on|off", optNotYet, "hard-link index (kernel overlayfs)"},
 	{"metacopy", "on|off", optNotYet, "copy up metadata only (kernel overlayfs)"},
 	{"nfs_export", "on|off", optNotYet, "NFS export support (kernel overlayfs)"},
@@ -238,6 +238,13 @@ func (st *optState) set(key, raw string) error {
 		}
 	case "noacl":
 		c.NoACL = true
+	case "redirect_dir":
+		switch v := unescape(raw); v {
+		case "on", "off", "follow", "nofollow":
+			c.RedirectDirOff = v != "on"
+		default:
+			return failf(exitUsage, "option \"redirect_dir\" is on, off, follow or nofollow, not %q; write redirect_dir=on or redirect_dir=off", v)
+		}
 	case "default_permissions":
 		// Always on: overlay.FS lets the kernel check permissions.
 	default: // kernel flags, "ro" among them
