@@ -1,6 +1,7 @@
 package lower
 
 import (
+	"container/list"
 	"errors"
 	"fmt"
 	"strconv"
@@ -47,72 +48,230 @@ func (l *Layer) Root() *Dir { return l.root }
 // Close releases the layer's root fd.
 func (l *Layer) Close() error { return l.root.Close() }
 
-// Dir is an open directory inside one layer.
+// Dir is a directory inside one layer.
+//
+// Its fd is opened on demand, with one openat(O_NOFOLLOW) step from its
+// parent's, and an unused one may be closed again by the fd cache
+// (fdcache.go): a tree of a million directories must not need a million
+// fds. Every use goes through Do, which pins the fd for the call. A reopen
+// checks that it found the same directory (st_dev, st_ino); the upper
+// layer, the only one that changes, tells a Dir that moved (Moved).
+//
+// A Dir without a parent (a layer's root, the workdir) keeps its fd until
+// Close.
 type Dir struct {
 	Layer *Layer
 
-	mu sync.Mutex
-	fd int // -1 once closed
+	mu       sync.Mutex
+	parent   *Dir
+	name     string
+	dev, ino uint64
+	fd       int // -1 while not open
+	pins     int
+	dead     bool
+	lru      *list.Element // in the fd cache while open and unpinned
 }
 
-// NewDir wraps an fd of a directory in layer l; the Dir owns the fd.
+// NewDir wraps an fd of a directory in layer l; the Dir owns the fd and
+// keeps it until Close.
 func NewDir(l *Layer, fd int) *Dir { return &Dir{Layer: l, fd: fd} }
 
-// FD returns the directory's fd for *at syscalls. The caller keeps the Dir
-// open (its owner, a node the kernel still references) while using it.
-func (d *Dir) FD() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.fd
+// Do calls fn with the directory's fd, which stays open for the call.
+func (d *Dir) Do(fn func(fd int) error) error {
+	fd, err := d.acquire()
+	if err != nil {
+		return err
+	}
+	defer d.release()
+	return fn(fd)
 }
 
-// Close closes the fd once; further calls do nothing.
+// Pin pins the directory's fd until release is called, for calls that
+// need several directories' fds at once (renameat2, linkat).
+func (d *Dir) Pin() (fd int, release func(), err error) {
+	fd, err = d.acquire()
+	if err != nil {
+		return -1, nil, err
+	}
+	return fd, d.release, nil
+}
+
+// acquire pins the fd, opening it if needed.
+//
+// Lock order: a Dir's mu before its parent's (opening walks up); the fd
+// cache never waits for a Dir's mu (it only TryLocks).
+func (d *Dir) acquire() (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.dead {
+		return -1, unix.EBADF
+	}
+	if d.fd < 0 {
+		if err := d.reopenLocked(); err != nil {
+			return -1, err
+		}
+	}
+	d.pins++
+	if d.lru != nil {
+		fdCache.remove(d)
+	}
+	return d.fd, nil
+}
+
+// release unpins the fd; an unpinned fd of a Dir with a parent goes back
+// to the cache, which may close it.
+func (d *Dir) release() {
+	d.mu.Lock()
+	d.pins--
+	if d.dead && d.pins == 0 && d.fd >= 0 {
+		unix.Close(d.fd)
+		d.fd = -1
+	}
+	idle := d.pins == 0 && d.parent != nil && d.fd >= 0 && !d.dead
+	if idle {
+		fdCache.add(d)
+	}
+	d.mu.Unlock()
+	if idle {
+		fdCache.trim()
+	}
+}
+
+// reopenLocked opens the directory again from its parent.
+//
+// Preconditions: d.mu is held; d.fd < 0.
+func (d *Dir) reopenLocked() error {
+	if d.parent == nil {
+		return unix.EBADF
+	}
+	var fd int
+	err := d.parent.Do(func(pfd int) error {
+		var err error
+		fd, err = openDirAt(pfd, d.name)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Dev != d.dev || st.Ino != d.ino {
+		unix.Close(fd)
+		return unix.ESTALE
+	}
+	d.fd = fd
+	return nil
+}
+
+// openDirAt opens directory name in dirfd without following a symlink.
+func openDirAt(dirfd int, name string) (int, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.EACCES) {
+		// A directory we may search but not read (rootless, mode
+		// 0311): O_PATH still anchors *at calls.
+		fd, err = unix.Openat(dirfd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	}
+	return fd, err
+}
+
+// closeIdleLocked closes an unpinned fd for the cache.
+//
+// Preconditions: d.mu is held.
+func (d *Dir) closeIdleLocked() {
+	if d.pins == 0 && d.fd >= 0 && d.parent != nil {
+		unix.Close(d.fd)
+		d.fd = -1
+	}
+}
+
+// Close closes the fd for good; further calls do nothing, and a Dir closed
+// while pinned closes its fd at the last release.
 func (d *Dir) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.fd < 0 {
+	if d.dead {
 		return nil
+	}
+	d.dead = true
+	if d.lru != nil {
+		fdCache.remove(d)
+	}
+	if d.fd < 0 || d.pins > 0 {
+		return nil // the last release closes it
 	}
 	err := unix.Close(d.fd)
 	d.fd = -1
 	return err
 }
 
+// Moved records that the directory now is name in parent (a rename in the
+// upper layer), so that a reopen finds it.
+func (d *Dir) Moved(parent *Dir, name string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.parent, d.name = parent, name
+}
+
 // Stat is fstatat(d, name, AT_SYMLINK_NOFOLLOW).
 func (d *Dir) Stat(name string, st *unix.Stat_t) error {
-	return unix.Fstatat(d.FD(), name, st, unix.AT_SYMLINK_NOFOLLOW)
+	return d.Do(func(fd int) error { return unix.Fstatat(fd, name, st, unix.AT_SYMLINK_NOFOLLOW) })
 }
 
 // StatSelf is fstat of the directory itself.
 func (d *Dir) StatSelf(st *unix.Stat_t) error {
-	return unix.Fstat(d.FD(), st)
+	return d.Do(func(fd int) error { return unix.Fstat(fd, st) })
 }
 
 // OpenDir opens the subdirectory name without following a symlink.
 func (d *Dir) OpenDir(name string) (*Dir, error) {
-	fd, err := unix.Openat(d.FD(), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.EACCES) {
-		// A directory we may search but not read (rootless, mode
-		// 0311): O_PATH still anchors *at calls.
-		fd, err = unix.Openat(d.FD(), name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	}
+	var fd int
+	err := d.Do(func(pfd int) error {
+		var err error
+		fd, err = openDirAt(pfd, name)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	return &Dir{Layer: d.Layer, fd: fd}, nil
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	c := &Dir{Layer: d.Layer, parent: d, name: name, dev: st.Dev, ino: st.Ino, fd: fd}
+	c.mu.Lock()
+	fdCache.add(c)
+	c.mu.Unlock()
+	fdCache.trim()
+	return c, nil
 }
 
 // Open opens the non-directory name in d with flags, never following a
-// symlink.
+// symlink. The fd is the caller's.
 func (d *Dir) Open(name string, flags int) (int, error) {
-	return unix.Openat(d.FD(), name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	return d.OpenMode(name, flags, 0)
+}
+
+// OpenMode is Open with the mode of a file that O_CREAT makes.
+func (d *Dir) OpenMode(name string, flags int, mode uint32) (int, error) {
+	var fd int
+	err := d.Do(func(dfd int) error {
+		var err error
+		fd, err = unix.Openat(dfd, name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+		return err
+	})
+	return fd, err
 }
 
 // Readlink reads the symlink name in d.
 func (d *Dir) Readlink(name string) ([]byte, error) {
 	buf := make([]byte, 256)
 	for {
-		n, err := unix.Readlinkat(d.FD(), name, buf)
+		var n int
+		err := d.Do(func(fd int) error {
+			var err error
+			n, err = unix.Readlinkat(fd, name, buf)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -123,13 +282,17 @@ func (d *Dir) Readlink(name string) ([]byte, error) {
 	}
 }
 
-// ProcPath names entry name of d through /proc/self/fd, for the l*xattr
-// calls that have no *at form before Linux 6.13. The path has exactly one
-// component after the fd, and the l* calls do not follow it.
-func (d *Dir) ProcPath(name string) string {
-	p := "/proc/self/fd/" + strconv.Itoa(d.FD())
-	if name != "" {
-		p += "/" + name
-	}
-	return p
+// DoPath calls fn with a path that names entry name of d (d itself for "")
+// through /proc/self/fd, for the xattr calls that have no *at form before
+// Linux 6.13; the fd stays open for the call. The path has exactly one
+// component after the fd, which the l*xattr calls do not follow; for d
+// itself the magic link must be followed (the non-l calls).
+func (d *Dir) DoPath(name string, fn func(path string) error) error {
+	return d.Do(func(fd int) error {
+		p := "/proc/self/fd/" + strconv.Itoa(fd)
+		if name != "" {
+			p += "/" + name
+		}
+		return fn(p)
+	})
 }

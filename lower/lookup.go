@@ -72,8 +72,6 @@ func (e *Entry) IsDir() bool { return e.Stat.Mode&unix.S_IFMT == unix.S_IFDIR }
 // It returns unix.ENOENT when the name is absent or whited out.
 func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
 	var e *Entry
-	var owned Chain // directories opened to follow an absolute redirect
-	defer func() { owned.Close() }()
 	cur, curName := c, name
 	for k := 0; k < len(cur); k++ {
 		m := cur[k]
@@ -132,10 +130,11 @@ func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
 			continue
 		}
 		// From the root of each layer below.
+		// The directories on the way are not closed: the chain's
+		// members reopen from them when the fd cache closed theirs.
+		// Idle, they leave the fd cache like any other.
 		parent, base := splitRedirect(r)
-		owned.Close()
-		owned = walkLayers(layers, m.Layer.Index+1, parent)
-		cur, curName, k = owned, base, -1
+		cur, curName, k = walkLayers(layers, m.Layer.Index+1, parent), base, -1
 	}
 	if e == nil {
 		return nil, unix.ENOENT
@@ -185,7 +184,9 @@ func splitRedirect(r string) (parent, name string) {
 
 // walkLayers opens the directory at the absolute path p ("" is the root)
 // in each layer from index from down, one O_NOFOLLOW step at a time.
-// Layers where the path is missing or not a directory are left out.
+// Layers where the path is missing or not a directory are left out. The
+// chain is never closed (it may hold layer roots); its idle fds leave
+// through the fd cache.
 func walkLayers(layers []*Layer, from int, p string) Chain {
 	var out Chain
 	for _, l := range layers {
@@ -200,9 +201,6 @@ func walkLayers(layers []*Layer, from int, p string) Chain {
 				continue
 			}
 			next, err := d.OpenDir(comp)
-			if opened != nil {
-				opened.Close()
-			}
 			if err != nil {
 				ok = false
 				opened = nil
@@ -214,13 +212,7 @@ func walkLayers(layers []*Layer, from int, p string) Chain {
 			continue
 		}
 		if opened == nil {
-			// The root itself: a Dir of our own, so that Close on
-			// the chain does not close the layer's root.
-			fd, err := unix.Openat(l.root.FD(), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				continue
-			}
-			opened = NewDir(l, fd)
+			opened = l.root // the redirect is a name at the root
 		}
 		out = append(out, Member{Dir: opened})
 	}

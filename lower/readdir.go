@@ -68,7 +68,12 @@ func (c Chain) ReadDir() ([]DirEntry, error) {
 // ReadDirRaw reads the entries of the directory d as they are on disk,
 // whiteouts included, "." and ".." left out.
 func (d *Dir) ReadDirRaw() ([]DirEntry, error) {
-	fd, err := unix.Openat(d.FD(), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	var fd int
+	err := d.Do(func(dfd int) error {
+		var err error
+		fd, err = unix.Openat(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

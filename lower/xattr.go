@@ -6,21 +6,32 @@ import (
 
 // Getxattr reads attribute attr of entry name in d, or of d itself when name
 // is "". A symlink entry's own attributes are read, never its target's.
-func (d *Dir) Getxattr(name, attr string) ([]byte, error) {
-	if name == "" {
-		// /proc/self/fd/N is a magic link: follow it to the directory.
-		return xattr.Get(d.ProcPath(""), attr)
-	}
-	return xattr.LGet(d.ProcPath(name), attr)
+func (d *Dir) Getxattr(name, attr string) (v []byte, err error) {
+	err = d.DoPath(name, func(p string) error {
+		if name == "" {
+			// /proc/self/fd/N is a magic link: follow it to the
+			// directory.
+			v, err = xattr.Get(p, attr)
+		} else {
+			v, err = xattr.LGet(p, attr)
+		}
+		return err
+	})
+	return v, err
 }
 
 // Listxattr lists the attribute names of entry name in d, or of d itself
 // when name is "".
-func (d *Dir) Listxattr(name string) ([]string, error) {
-	if name == "" {
-		return xattr.List(d.ProcPath(""))
-	}
-	return xattr.LList(d.ProcPath(name))
+func (d *Dir) Listxattr(name string) (names []string, err error) {
+	err = d.DoPath(name, func(p string) error {
+		if name == "" {
+			names, err = xattr.List(p)
+		} else {
+			names, err = xattr.LList(p)
+		}
+		return err
+	})
+	return names, err
 }
 
 // isOpaque reports how the directory d marks itself: opaque (nothing below

@@ -54,7 +54,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		if gok {
 			g = int(gid)
 		}
-		err := unix.Fchownat(d.FD(), nameOrDot(name), u, g, unix.AT_SYMLINK_NOFOLLOW)
+		err := d.Do(func(fd int) error {
+			return unix.Fchownat(fd, nameOrDot(name), u, g, unix.AT_SYMLINK_NOFOLLOW)
+		})
 		n.invalidateNoSec()
 		if err != nil {
 			return errno(err)
@@ -104,7 +106,7 @@ func nameOrDot(name string) string {
 }
 
 func chmodAt(d *lower.Dir, name string, mode uint32) error {
-	return unix.Fchmodat(d.FD(), nameOrDot(name), mode, 0)
+	return d.Do(func(fd int) error { return unix.Fchmodat(fd, nameOrDot(name), mode, 0) })
 }
 
 // truncate sets a regular file's size, through the caller's handle when it
@@ -142,7 +144,9 @@ func setTimes(d *lower.Dir, name string, in *fuse.SetAttrIn) error {
 	if !set {
 		return nil
 	}
-	return unix.UtimesNanoAt(d.FD(), nameOrDot(name), ts, unix.AT_SYMLINK_NOFOLLOW)
+	return d.Do(func(fd int) error {
+		return unix.UtimesNanoAt(fd, nameOrDot(name), ts, unix.AT_SYMLINK_NOFOLLOW)
+	})
 }
 
 var _ = (fs.NodeSetxattrer)((*node)(nil))
@@ -195,7 +199,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 // xattrPath calls op with the /proc path of entry name in d, or of d itself
 // (followed: it is a magic link to the directory).
 func xattrPath(d *lower.Dir, name string, op func(path string, follow bool) error) error {
-	return op(d.ProcPath(name), name == "")
+	return d.DoPath(name, func(p string) error { return op(p, name == "") })
 }
 
 // xattrChanged updates what depends on attribute attr of n.

@@ -108,7 +108,7 @@ func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
 	d.n.mu.Lock()
 	chain := d.n.chain
 	d.n.mu.Unlock()
-	fd, err := unix.Openat(chain[0].FD(), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := chain[0].Open(".", unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return errno(err)
 	}

@@ -60,7 +60,8 @@ var _ = (fs.NodeStatfser)((*node)(nil))
 // read-only mount (Linux: ovl_statfs()).
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	var st unix.Statfs_t
-	if err := unix.Fstatfs(n.ofs.layers[0].Root().FD(), &st); err != nil {
+	err := n.ofs.layers[0].Root().Do(func(fd int) error { return unix.Fstatfs(fd, &st) })
+	if err != nil {
 		return errno(err)
 	}
 	out.Blocks = st.Blocks

@@ -120,7 +120,10 @@ func New(o Options) (*FS, error) {
 		}
 	}
 	f.ino = newInoMap(f.layers)
-	f.nosec, f.nosecWhy = decideNoSec(o.NoSec, f.layers[0].Root().FD(), f.ReadOnly())
+	f.layers[0].Root().Do(func(fd int) error {
+		f.nosec, f.nosecWhy = decideNoSec(o.NoSec, fd, f.ReadOnly())
+		return nil
+	})
 	f.log.Printf("NOSEC %s: %s", map[bool]string{true: "on", false: "off"}[f.nosec], f.nosecWhy)
 	return f, nil
 }

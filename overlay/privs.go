@@ -37,7 +37,15 @@ func (n *node) killPrivsNow() error {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil
 	}
-	k, clean, err := privs.Strip(privs.File{Dir: par.FD(), Name: name, ProcPath: par.ProcPath(name)}, st.Mode)
+	var k privs.Killed
+	var clean bool
+	err := par.DoPath(name, func(p string) error {
+		return par.Do(func(fd int) error {
+			var err error
+			k, clean, err = privs.Strip(privs.File{Dir: fd, Name: name, ProcPath: p}, st.Mode)
+			return err
+		})
+	})
 	c.Count(k)
 	if err != nil {
 		return err

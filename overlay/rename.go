@@ -186,10 +186,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	return 0
 }
 
-// moved records that a non-directory now lives in upper directory d under
-// name. A directory's fds follow it by themselves.
+// moved records that c now lives in upper directory d under name.
 func (c *node) moved(d *lower.Dir, name string) {
 	if c.isDir() {
+		// An open fd follows the directory; a reopen must know.
+		c.top().Moved(d, name)
 		return
 	}
 	c.invalidateNoSec()

@@ -37,11 +37,19 @@ func (l *Layer) CopyUp(src Source, dst *lower.Dir, name string, data bool, ino u
 	}
 	if ino != 0 {
 		// Best effort: without it only st_ino changes at the next mount.
-		xattr.LSet(l.Work.ProcPath(tmp), l.opts.XattrPrefix+InoXattr, []byte(strconv.FormatUint(ino, 10)))
+		l.Work.DoPath(tmp, func(p string) error {
+			return xattr.LSet(p, l.opts.XattrPrefix+InoXattr, []byte(strconv.FormatUint(ino, 10)))
+		})
 	}
 	var times [2]unix.Timespec
 	restore := l.saveTimes(dst, &times)
-	err := unix.Renameat2(l.Work.FD(), tmp, dst.FD(), name, unix.RENAME_NOREPLACE)
+	dfd, release, err := dst.Pin()
+	if err != nil {
+		removeAll(l.Work, tmp)
+		return err
+	}
+	defer release()
+	err = unix.Renameat2(l.wfd, tmp, dfd, name, unix.RENAME_NOREPLACE)
 	if err != nil {
 		removeAll(l.Work, tmp)
 		if errors.Is(err, unix.EEXIST) {
@@ -52,7 +60,7 @@ func (l *Layer) CopyUp(src Source, dst *lower.Dir, name string, data bool, ino u
 	if restore {
 		// A copy-up is not a change of the parent as far as the
 		// mount is concerned (Linux: ovl_set_timestamps(pstat)).
-		unix.UtimesNanoAt(dst.FD(), ".", times[:], 0)
+		unix.UtimesNanoAt(dfd, ".", times[:], 0)
 	}
 	return nil
 }
@@ -73,7 +81,7 @@ func (l *Layer) saveTimes(d *lower.Dir, ts *[2]unix.Timespec) bool {
 
 // build makes the copy of src at tmp in the workdir.
 func (l *Layer) build(src Source, tmp string, data bool) error {
-	w := l.Work.FD()
+	w := l.wfd
 	st := &src.Stat
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
@@ -124,7 +132,7 @@ func (l *Layer) build(src Source, tmp string, data bool) error {
 // chown comes first because it clears suid/sgid and security.capability,
 // which chmod and the xattr copy then restore.
 func (l *Layer) setMeta(tmp string, src Source) error {
-	w := l.Work.FD()
+	w := l.wfd
 	st := &src.Stat
 	if err := unix.Fchownat(w, tmp, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return err
@@ -153,23 +161,24 @@ func copyXattrs(from *lower.Dir, fromName string, to *lower.Dir, toName string) 
 		}
 		return err
 	}
-	dst := to.ProcPath(toName)
-	for _, a := range names {
-		if lower.IsPrivateXattr(a) {
-			continue
+	return to.DoPath(toName, func(dst string) error {
+		for _, a := range names {
+			if lower.IsPrivateXattr(a) {
+				continue
+			}
+			v, err := from.Getxattr(fromName, a)
+			if errors.Is(err, unix.ENODATA) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if err := xattr.LSet(dst, a, v); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
+				return fmt.Errorf("xattr %s: %w", a, err)
+			}
 		}
-		v, err := from.Getxattr(fromName, a)
-		if errors.Is(err, unix.ENODATA) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if err := xattr.LSet(dst, a, v); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
-			return fmt.Errorf("xattr %s: %w", a, err)
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // copyData copies size bytes from in to out: a reflink where the filesystem

@@ -82,7 +82,7 @@ func (l *Layer) Create(d *lower.Dir, name string, o Object, over Over) (int, err
 
 // make builds o at tmp in the workdir.
 func (l *Layer) make(tmp string, o Object) (int, error) {
-	w := l.Work.FD()
+	w := l.wfd
 	fd := -1
 	var err error
 	switch o.Mode & unix.S_IFMT {
@@ -124,10 +124,16 @@ func (l *Layer) make(tmp string, o Object) (int, error) {
 
 // publish renames tmp from the workdir to name in d.
 func (l *Layer) publish(tmp string, d *lower.Dir, name string, over Over) error {
-	w := l.Work.FD()
+	w := l.wfd
+	dfd, release, err := d.Pin()
+	if err != nil {
+		removeAll(l.Work, tmp)
+		return err
+	}
+	defer release()
 	switch over {
 	case OverWhiteout:
-		if err := unix.Renameat2(w, tmp, d.FD(), name, unix.RENAME_EXCHANGE); err != nil {
+		if err := unix.Renameat2(w, tmp, dfd, name, unix.RENAME_EXCHANGE); err != nil {
 			removeAll(l.Work, tmp)
 			return err
 		}
@@ -135,14 +141,14 @@ func (l *Layer) publish(tmp string, d *lower.Dir, name string, over Over) error 
 		unix.Unlinkat(w, tmp, 0)
 		return nil
 	default:
-		if err := unix.Renameat2(w, tmp, d.FD(), name, unix.RENAME_NOREPLACE); err != nil {
+		if err := unix.Renameat2(w, tmp, dfd, name, unix.RENAME_NOREPLACE); err != nil {
 			removeAll(l.Work, tmp)
 			return err
 		}
 		if over == OverAUFSWhiteout {
 			// Until this unlink both names exist, and in the AUFS
 			// format the name beside its whiteout wins.
-			unix.Unlinkat(d.FD(), lower.WhiteoutPrefix+name, 0)
+			unix.Unlinkat(dfd, lower.WhiteoutPrefix+name, 0)
 		}
 		return nil
 	}
@@ -152,7 +158,7 @@ func (l *Layer) publish(tmp string, d *lower.Dir, name string, over Over) error 
 // src.
 func (l *Layer) Link(src *lower.Dir, srcName string, d *lower.Dir, name string, over Over) error {
 	tmp := l.tmpName()
-	if err := unix.Linkat(src.FD(), srcName, l.Work.FD(), tmp, 0); err != nil {
+	if err := src.Do(func(sfd int) error { return unix.Linkat(sfd, srcName, l.wfd, tmp, 0) }); err != nil {
 		return err
 	}
 	return l.publish(tmp, d, name, over)
@@ -163,7 +169,9 @@ func (l *Layer) Link(src *lower.Dir, srcName string, d *lower.Dir, name string, 
 // it (fuse-overlayfs #306). Only where the xattr cannot be set does the
 // AUFS marker stand in.
 func (l *Layer) SetOpaque(d *lower.Dir, name string) error {
-	err := xattr.LSet(d.ProcPath(name), l.opts.XattrPrefix+"opaque", []byte("y"))
+	err := d.DoPath(name, func(p string) error {
+		return xattr.LSet(p, l.opts.XattrPrefix+"opaque", []byte("y"))
+	})
 	if err == nil {
 		return nil
 	}
@@ -172,7 +180,7 @@ func (l *Layer) SetOpaque(d *lower.Dir, name string) error {
 		return fmt.Errorf("mark opaque: %w", err)
 	}
 	defer sub.Close()
-	fd, ferr := unix.Openat(sub.FD(), lower.OpaqueMarker, unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+	fd, ferr := sub.OpenMode(lower.OpaqueMarker, unix.O_CREAT|unix.O_WRONLY, 0o600)
 	if ferr != nil {
 		return fmt.Errorf("mark opaque: %w", err)
 	}
@@ -185,19 +193,24 @@ func (l *Layer) SetOpaque(d *lower.Dir, name string) error {
 // whatever it was, a directory with whiteouts in it included, is then
 // removed from the workdir.
 func (l *Layer) Remove(d *lower.Dir, name string, isDir, whiteout bool) error {
+	dfd, release, err := d.Pin()
+	if err != nil {
+		return err
+	}
+	defer release()
 	if !isDir && !whiteout {
-		return unix.Unlinkat(d.FD(), name, 0)
+		return unix.Unlinkat(dfd, name, 0)
 	}
 	tmp := l.tmpName()
 	flags := uint(0)
 	if whiteout && l.Whiteouts == KernelWhiteouts {
 		flags = unix.RENAME_WHITEOUT
 	}
-	err := unix.Renameat2(d.FD(), name, l.Work.FD(), tmp, flags)
+	err = unix.Renameat2(dfd, name, l.wfd, tmp, flags)
 	if flags != 0 && errors.Is(err, unix.EINVAL) {
 		// RENAME_WHITEOUT unsupported: move, then whiteout.
 		flags = 0
-		err = unix.Renameat2(d.FD(), name, l.Work.FD(), tmp, 0)
+		err = unix.Renameat2(dfd, name, l.wfd, tmp, 0)
 	}
 	if err != nil {
 		return err
@@ -206,7 +219,7 @@ func (l *Layer) Remove(d *lower.Dir, name string, isDir, whiteout bool) error {
 		if err := l.Whiteout(d, name); err != nil {
 			// Put the object back rather than lose the deletion's
 			// effect silently.
-			unix.Renameat2(l.Work.FD(), tmp, d.FD(), name, unix.RENAME_NOREPLACE)
+			unix.Renameat2(l.wfd, tmp, dfd, name, unix.RENAME_NOREPLACE)
 			return err
 		}
 	}
@@ -217,12 +230,12 @@ func (l *Layer) Remove(d *lower.Dir, name string, isDir, whiteout bool) error {
 // directory d.
 func (l *Layer) Whiteout(d *lower.Dir, name string) error {
 	if l.Whiteouts == KernelWhiteouts {
-		err := unix.Mknodat(d.FD(), name, unix.S_IFCHR, 0)
+		err := d.Do(func(fd int) error { return unix.Mknodat(fd, name, unix.S_IFCHR, 0) })
 		if !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EOPNOTSUPP) {
 			return err
 		}
 	}
-	fd, err := unix.Openat(d.FD(), lower.WhiteoutPrefix+name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+	fd, err := d.OpenMode(lower.WhiteoutPrefix+name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
@@ -240,17 +253,27 @@ func (l *Layer) Rename(od *lower.Dir, oname string, nd *lower.Dir, nname string,
 			return err
 		}
 	}
+	ofd, orelease, err := od.Pin()
+	if err != nil {
+		return err
+	}
+	defer orelease()
+	nfd, nrelease, err := nd.Pin()
+	if err != nil {
+		return err
+	}
+	defer nrelease()
 	if flags&unix.RENAME_EXCHANGE != 0 {
-		return unix.Renameat2(od.FD(), oname, nd.FD(), nname, unix.RENAME_EXCHANGE)
+		return unix.Renameat2(ofd, oname, nfd, nname, unix.RENAME_EXCHANGE)
 	}
 	if over == OverWhiteout {
 		// Swap with the whiteout: it lands at the old name, which is
 		// exactly right when that name needs a whiteout.
-		if err := unix.Renameat2(od.FD(), oname, nd.FD(), nname, unix.RENAME_EXCHANGE); err != nil {
+		if err := unix.Renameat2(ofd, oname, nfd, nname, unix.RENAME_EXCHANGE); err != nil {
 			return err
 		}
 		if !whiteout {
-			return unix.Unlinkat(od.FD(), oname, 0)
+			return unix.Unlinkat(ofd, oname, 0)
 		}
 		return nil
 	}
@@ -258,16 +281,16 @@ func (l *Layer) Rename(od *lower.Dir, oname string, nd *lower.Dir, nname string,
 	if whiteout && l.Whiteouts == KernelWhiteouts {
 		rflags |= unix.RENAME_WHITEOUT
 	}
-	err := unix.Renameat2(od.FD(), oname, nd.FD(), nname, rflags)
+	err = unix.Renameat2(ofd, oname, nfd, nname, rflags)
 	if rflags&unix.RENAME_WHITEOUT != 0 && errors.Is(err, unix.EINVAL) {
 		rflags &^= unix.RENAME_WHITEOUT
-		err = unix.Renameat2(od.FD(), oname, nd.FD(), nname, rflags)
+		err = unix.Renameat2(ofd, oname, nfd, nname, rflags)
 	}
 	if err != nil {
 		return err
 	}
 	if over == OverAUFSWhiteout {
-		unix.Unlinkat(nd.FD(), lower.WhiteoutPrefix+nname, 0)
+		unix.Unlinkat(nfd, lower.WhiteoutPrefix+nname, 0)
 	}
 	if whiteout && rflags&unix.RENAME_WHITEOUT == 0 {
 		return l.Whiteout(od, oname)
@@ -293,7 +316,7 @@ func (l *Layer) ClearWhiteouts(d *lower.Dir, name string) error {
 			continue
 		}
 		if lower.IsWhiteout(&st) || lower.IsWhiteoutName(e.Name) {
-			if err := unix.Unlinkat(sub.FD(), e.Name, 0); err != nil {
+			if err := sub.Do(func(fd int) error { return unix.Unlinkat(fd, e.Name, 0) }); err != nil {
 				return err
 			}
 		}
@@ -305,5 +328,7 @@ func (l *Layer) ClearWhiteouts(d *lower.Dir, name string) error {
 // are (the kernel's overlay.redirect format: an absolute path from the
 // root).
 func (l *Layer) SetRedirect(d *lower.Dir, path string) error {
-	return xattr.Set(d.ProcPath(""), l.opts.XattrPrefix+"redirect", []byte(path))
+	return d.DoPath("", func(p string) error {
+		return xattr.Set(p, l.opts.XattrPrefix+"redirect", []byte(path))
+	})
 }

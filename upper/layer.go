@@ -55,6 +55,9 @@ type Layer struct {
 	Work *lower.Dir
 	// Whiteouts is the format deletions are written in.
 	Whiteouts WhiteoutFormat
+	// wfd is Work's fd, which stays open until Close (Work has no parent
+	// to be reopened from, so the fd cache never closes it).
+	wfd int
 
 	opts Options
 	seq  atomic.Uint64
@@ -84,11 +87,13 @@ func Open(u *lower.Layer, workPath string, o Options) (*Layer, error) {
 	if err := unix.Mkdirat(wfd, workName, 0); err != nil && !errors.Is(err, unix.EEXIST) {
 		return nil, fmt.Errorf("create %s/%s: %w", workPath, workName, err)
 	}
-	work, err := workdir.OpenDir(workName)
+	wfd2, err := unix.Openat(wfd, workName, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s/%s: %w", workPath, workName, err)
 	}
-	l := &Layer{Layer: u, Work: work, opts: o}
+	// A Dir of its own, kept open: every operation passes through it.
+	work := lower.NewDir(u, wfd2)
+	l := &Layer{Layer: u, Work: work, wfd: wfd2, opts: o}
 	if err := l.clean(); err != nil {
 		work.Close()
 		return nil, fmt.Errorf("clean %s/%s: %w", workPath, workName, err)
@@ -129,7 +134,7 @@ func (l *Layer) clean() error {
 // removeAll removes name in d and, for a directory, everything below it,
 // without following symlinks.
 func removeAll(d *lower.Dir, name string) error {
-	err := unix.Unlinkat(d.FD(), name, 0)
+	err := d.Do(func(fd int) error { return unix.Unlinkat(fd, name, 0) })
 	if err == nil || errors.Is(err, unix.ENOENT) {
 		return nil
 	}
@@ -152,16 +157,16 @@ func removeAll(d *lower.Dir, name string) error {
 	if err != nil {
 		return err
 	}
-	return unix.Unlinkat(d.FD(), name, unix.AT_REMOVEDIR)
+	return d.Do(func(fd int) error { return unix.Unlinkat(fd, name, unix.AT_REMOVEDIR) })
 }
 
 // probeWhiteouts makes a whiteout in the workdir to see whether the upper
 // filesystem allows it.
 func (l *Layer) probeWhiteouts() WhiteoutFormat {
 	name := l.tmpName()
-	if err := unix.Mknodat(l.Work.FD(), name, unix.S_IFCHR, 0); err != nil {
+	if err := unix.Mknodat(l.wfd, name, unix.S_IFCHR, 0); err != nil {
 		return AUFSWhiteouts
 	}
-	unix.Unlinkat(l.Work.FD(), name, 0)
+	unix.Unlinkat(l.wfd, name, 0)
 	return KernelWhiteouts
 }
