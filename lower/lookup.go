@@ -112,6 +112,9 @@ func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
 			break
 		}
 		opaque, xw := d.isOpaque()
+		// A ".wh.NAME" beside the directory hides NAME in the layers
+		// below it as much as it would without the directory.
+		opaque = opaque || m.hasEntry(WhiteoutPrefix+curName)
 		e.Chain = append(e.Chain, Member{Dir: d, XWhiteouts: xw})
 		if opaque {
 			e.Opaque = true

@@ -58,8 +58,12 @@ func (n *node) create(ctx context.Context, name string, o upper.Object, out *fus
 	}
 	o.Uid, o.Gid, o.Mode = n.owner(ctx, o.Mode)
 	// A new directory over a whiteout must not merge with what the
-	// whiteout hid (Linux: ovl_create_over_whiteout() sets opaque).
-	o.Opaque = o.Mode&unix.S_IFMT == unix.S_IFDIR && over != upper.OverNothing
+	// whiteout hid (Linux: ovl_create_over_whiteout() sets opaque). With
+	// redirect_dir on, the kernel also marks a new directory in a merged
+	// directory opaque (an optimisation: its lookups need not look
+	// below); doing the same keeps the two uppers alike.
+	isDir := o.Mode&unix.S_IFMT == unix.S_IFDIR
+	o.Opaque = isDir && (over != upper.OverNothing || (!n.ofs.opts.RedirectDirOff && n.merged()))
 	fd, err := n.ofs.upper.Create(pd, name, o, over)
 	if err != nil {
 		return nil, -1, errno(err)

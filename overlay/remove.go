@@ -9,6 +9,14 @@ import (
 	"github.com/goverlay/goverlay/lower"
 )
 
+// merged reports whether directory n has instances below the upper layer
+// as well as in it.
+func (n *node) merged() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.chain) > 1 && n.chain[0].Layer.Upper
+}
+
 // lowerPart returns the members of n's chain below the upper layer.
 func (n *node) lowerPart() lower.Chain {
 	n.mu.Lock()

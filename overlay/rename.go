@@ -139,10 +139,15 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	// A directory landing on a name that a lower directory has must not
 	// merge with it; a redirected one merges with what its redirect says.
+	// The kernel marks an upper-only directory moved into a merged
+	// directory opaque in any case (Linux: ovl_rename()), and so do we,
+	// so that both write the same upper layer.
 	opaque := false
 	if src.isDir() && !redirected {
-		if opaque, err = np.inLower(newName); err != nil {
-			return errno(err)
+		if opaque = np.merged(); !opaque {
+			if opaque, err = np.inLower(newName); err != nil {
+				return errno(err)
+			}
 		}
 	}
 	var whiteout bool

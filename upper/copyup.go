@@ -186,7 +186,8 @@ func copyXattrs(from *lower.Dir, fromName string, to *lower.Dir, toName string) 
 // stay holes, with copy_file_range, else read/write.
 func copyData(out, in int, size int64) error {
 	if unix.IoctlFileClone(out, in) == nil {
-		return nil
+		// A clone takes the whole file; the copy is of size bytes.
+		return unix.Ftruncate(out, size)
 	}
 	var off int64
 	for off < size {

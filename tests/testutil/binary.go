@@ -19,8 +19,11 @@ import (
 var (
 	buildOnce sync.Once
 	buildDir  string
-	buildBin  string
 	buildErr  string
+	// buildBin is the built binary; leak checks read it while another
+	// test may still be building, so it is guarded.
+	buildMu  sync.Mutex
+	buildBin string
 
 	helpOnce sync.Once
 	helpText string
@@ -58,7 +61,8 @@ func Binary(t testing.TB) string {
 	becomeSubreaper()
 	buildOnce.Do(func() {
 		if b := os.Getenv("GOVERLAY_TEST_BINARY"); b != "" {
-			buildBin, _ = filepath.Abs(b)
+			abs, _ := filepath.Abs(b)
+			setBuilt(abs)
 			return
 		}
 		root, err := moduleRoot()
@@ -82,11 +86,24 @@ func Binary(t testing.TB) string {
 			buildErr = "go build -race ./cmd/goverlay: " + err.Error() + "\n" + string(out)
 			return
 		}
-		buildBin = bin
+		setBuilt(bin)
 	})
 	if buildErr != "" {
 		t.Fatal(buildErr)
 	}
+	return builtBinary()
+}
+
+func setBuilt(bin string) {
+	buildMu.Lock()
+	buildBin = bin
+	buildMu.Unlock()
+}
+
+// builtBinary is the binary Binary built, or "" before it has.
+func builtBinary() string {
+	buildMu.Lock()
+	defer buildMu.Unlock()
 	return buildBin
 }
 

@@ -50,7 +50,7 @@ func LeakCheck(t testing.TB) {
 		}
 		// Daemons the harness never learnt the PID of (a mount that
 		// failed half-way): any goverlay naming this test's files.
-		for _, pid := range FindProcsMentioning(buildBin, base+"/") {
+		for _, pid := range FindProcsMentioning(builtBinary(), base+"/") {
 			t.Errorf("goverlay process %d serving this test's files is still alive at its end: killed it", pid)
 			if p, err := Track(pid, name); err == nil {
 				p.Kill()
@@ -92,7 +92,7 @@ func Leftovers() []string {
 		out = append(out, fmt.Sprintf("daemon %d (started by %s) still alive", p.PID, p.Name))
 	}
 	// Being the subreaper, we inherit every orphaned daemon we started.
-	for _, pid := range childrenRunning(buildBin) {
+	for _, pid := range childrenRunning(builtBinary()) {
 		out = append(out, fmt.Sprintf("goverlay process %d (our child) still alive", pid))
 	}
 	return out
@@ -118,7 +118,7 @@ func Main(m *testing.M) {
 		for _, p := range liveProcs("") {
 			p.Kill()
 		}
-		for _, pid := range childrenRunning(buildBin) {
+		for _, pid := range childrenRunning(builtBinary()) {
 			if p, err := Track(pid, "TestMain"); err == nil {
 				p.Kill()
 			}

@@ -1,0 +1,248 @@
+package lower
+
+import (
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// memberInos lists the inode numbers of a chain's directories.
+func memberInos(t *testing.T, c Chain) []uint64 {
+	t.Helper()
+	var out []uint64
+	for _, m := range c {
+		var st unix.Stat_t
+		if err := m.StatSelf(&st); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, st.Ino)
+	}
+	return out
+}
+
+// wantMembers checks that c is exactly the directories at the given
+// (layer, path) places.
+func wantMembers(t *testing.T, s *stack, c Chain, want ...struct {
+	layer int
+	path  string
+},
+) {
+	t.Helper()
+	got := memberInos(t, c)
+	if len(got) != len(want) {
+		t.Fatalf("chain layers %v, want %d members %v", chainLayers(c), len(want), want)
+	}
+	for i, w := range want {
+		if c[i].Layer.Index != w.layer {
+			t.Errorf("member %d in layer %d, want %d", i, c[i].Layer.Index, w.layer)
+		}
+		if st := lstat(t, s.path(w.layer, w.path)); got[i] != st.Ino {
+			t.Errorf("member %d is not layer %d's %s", i, w.layer, w.path)
+		}
+	}
+}
+
+type place = struct {
+	layer int
+	path  string
+}
+
+func TestLookupRedirect(t *testing.T) {
+	for _, prefix := range []string{TrustedPrefix, UserPrefix} {
+		t.Run("absolute/"+prefix, func(t *testing.T) {
+			s := newStack(t, 3)
+			s.dir(t, 0, "x")
+			s.file(t, 0, "x/top", "")
+			s.setxattr(t, 0, "x", prefix+"redirect", "/a/b")
+			s.dir(t, 1, "a/b")
+			s.file(t, 1, "a/b/f1", "")
+			s.dir(t, 1, "x") // the old name's place: not merged
+			s.file(t, 1, "x/stale", "")
+			s.dir(t, 2, "a/b")
+			s.file(t, 2, "a/b/f2", "")
+			e := mustLookup(t, s, s.chain(), "x")
+			wantMembers(t, s, e.Chain, place{0, "x"}, place{1, "a/b"}, place{2, "a/b"})
+			if e.Redirect != "/a/b" {
+				t.Errorf("Redirect = %q, want /a/b", e.Redirect)
+			}
+			if e.Opaque {
+				t.Errorf("Opaque set")
+			}
+			if f := mustLookup(t, s, e.Chain, "f2"); f.Parent.Layer.Index != 2 {
+				t.Errorf("f2 from layer %d", f.Parent.Layer.Index)
+			}
+			wantENOENT(t, s, e.Chain, "stale")
+		})
+		t.Run("relative/"+prefix, func(t *testing.T) {
+			s := newStack(t, 3)
+			s.dir(t, 0, "p/x")
+			s.setxattr(t, 0, "p/x", prefix+"redirect", "old")
+			s.dir(t, 1, "p/old")
+			s.dir(t, 1, "p/x")
+			s.dir(t, 2, "p/old")
+			p := mustLookup(t, s, s.chain(), "p")
+			e := mustLookup(t, s, p.Chain, "x")
+			wantMembers(t, s, e.Chain, place{0, "p/x"}, place{1, "p/old"}, place{2, "p/old"})
+			if e.Redirect != "old" {
+				t.Errorf("Redirect = %q, want old", e.Redirect)
+			}
+		})
+	}
+	t.Run("to a root entry", func(t *testing.T) {
+		s := newStack(t, 2)
+		s.dir(t, 0, "d/x")
+		s.setxattr(t, 0, "d/x", TrustedPrefix+"redirect", "/top")
+		s.dir(t, 1, "top")
+		d := mustLookup(t, s, s.chain(), "d")
+		e := mustLookup(t, s, d.Chain, "x")
+		wantMembers(t, s, e.Chain, place{0, "d/x"}, place{1, "top"})
+		// Following "/top" went through layer 1's root: closing the
+		// chain must not close the layer's own root Dir.
+		e.Chain.Close()
+		for _, l := range s.layers {
+			var st unix.Stat_t
+			if err := l.Root().StatSelf(&st); err != nil {
+				t.Fatalf("layer %d's root was closed by the lookup: %v", l.Index, err)
+			}
+		}
+	})
+	t.Run("in a middle layer", func(t *testing.T) {
+		s := newStack(t, 3)
+		s.dir(t, 0, "x")
+		s.dir(t, 1, "x")
+		s.setxattr(t, 1, "x", TrustedPrefix+"redirect", "/y")
+		s.dir(t, 2, "x")
+		s.dir(t, 2, "y")
+		e := mustLookup(t, s, s.chain(), "x")
+		wantMembers(t, s, e.Chain, place{0, "x"}, place{1, "x"}, place{2, "y"})
+		if e.Redirect != "" {
+			t.Errorf("Redirect = %q, want \"\" (only the topmost instance's)", e.Redirect)
+		}
+	})
+	t.Run("target missing", func(t *testing.T) {
+		s := newStack(t, 2)
+		s.dir(t, 0, "x")
+		s.setxattr(t, 0, "x", TrustedPrefix+"redirect", "/gone/away")
+		s.dir(t, 1, "x")
+		e := mustLookup(t, s, s.chain(), "x")
+		wantMembers(t, s, e.Chain, place{0, "x"})
+	})
+	t.Run("target a non-directory", func(t *testing.T) {
+		s := newStack(t, 3)
+		s.dir(t, 0, "x")
+		s.setxattr(t, 0, "x", TrustedPrefix+"redirect", "/f")
+		s.file(t, 1, "f", "")
+		s.dir(t, 2, "f")
+		e := mustLookup(t, s, s.chain(), "x")
+		wantMembers(t, s, e.Chain, place{0, "x"})
+	})
+	t.Run("target whited out", func(t *testing.T) {
+		s := newStack(t, 3)
+		s.dir(t, 0, "x")
+		s.setxattr(t, 0, "x", TrustedPrefix+"redirect", "/y")
+		s.whiteout(t, 1, "y")
+		s.dir(t, 2, "y")
+		e := mustLookup(t, s, s.chain(), "x")
+		wantMembers(t, s, e.Chain, place{0, "x"})
+	})
+	t.Run("through a symlink", func(t *testing.T) {
+		s := newStack(t, 2)
+		outside := t.TempDir()
+		if err := unix.Mkdir(outside+"/b", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		s.dir(t, 0, "x")
+		s.setxattr(t, 0, "x", TrustedPrefix+"redirect", "/a/b")
+		s.symlink(t, 1, "a", outside)
+		e := mustLookup(t, s, s.chain(), "x")
+		wantMembers(t, s, e.Chain, place{0, "x"})
+	})
+	for _, bad := range []string{"", "/", "../y", "a/y", "/a/../y", "/a//y", "/a/./y", ".", "..", "y\x00"} {
+		t.Run("invalid "+bad, func(t *testing.T) {
+			s := newStack(t, 2)
+			s.dir(t, 0, "x")
+			s.setxattr(t, 0, "x", TrustedPrefix+"redirect", bad)
+			s.dir(t, 1, "x")
+			s.dir(t, 1, "y")
+			s.dir(t, 1, "a/y")
+			e := mustLookup(t, s, s.chain(), "x")
+			// An unusable redirect is ignored: merge by name.
+			wantMembers(t, s, e.Chain, place{0, "x"}, place{1, "x"})
+			if e.Redirect != "" {
+				t.Errorf("Redirect = %q for an invalid value", e.Redirect)
+			}
+		})
+	}
+	t.Run("opaque wins over redirect", func(t *testing.T) {
+		s := newStack(t, 2)
+		s.dir(t, 0, "x")
+		s.setxattr(t, 0, "x", TrustedPrefix+"redirect", "/y")
+		s.setxattr(t, 0, "x", TrustedPrefix+"opaque", "y")
+		s.dir(t, 1, "y")
+		e := mustLookup(t, s, s.chain(), "x")
+		wantMembers(t, s, e.Chain, place{0, "x"})
+		if !e.Opaque {
+			t.Errorf("Opaque not set")
+		}
+	})
+}
+
+// withFDCache empties the fd cache (what earlier tests left idle in it)
+// and sets its size for one test.
+func withFDCache(t *testing.T, n int) {
+	t.Helper()
+	fdCache.mu.Lock()
+	old := fdCache.max
+	fdCache.max = 0
+	fdCache.mu.Unlock()
+	fdCache.trim()
+	SetFDCacheSize(n)
+	t.Cleanup(func() { SetFDCacheSize(old) })
+}
+
+// Redirected lookups open the directories on the redirect's path, which
+// stay as the parents of the chain's members: the fds they keep are
+// bounded by the fd cache, whatever the number of lookups.
+func TestLookupRedirectFDsBounded(t *testing.T) {
+	const cacheSize = 8
+	withFDCache(t, cacheSize)
+	s := newStack(t, 3)
+	s.dir(t, 0, "x")
+	s.setxattr(t, 0, "x", TrustedPrefix+"redirect", "/a/b/c")
+	s.dir(t, 0, "r")
+	s.setxattr(t, 0, "r", TrustedPrefix+"redirect", "/top")
+	for i := 1; i < 3; i++ {
+		s.dir(t, i, "a/b/c")
+		s.dir(t, i, "top")
+	}
+	s.dir(t, 1, "a/b/m") // a redirect to a leaf missing in layer 2
+	s.dir(t, 0, "m")
+	s.setxattr(t, 0, "m", TrustedPrefix+"redirect", "/a/b/m")
+	c := s.chain()
+	before := openFDs(t)
+	for i := 0; i < 100; i++ {
+		for _, tc := range []struct {
+			name string
+			n    int
+		}{{"x", 3}, {"r", 3}, {"m", 2}} {
+			e, err := c.Lookup(tc.name, s.layers)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(e.Chain) != tc.n {
+				t.Fatalf("%s: chain %v, want %d members", tc.name, chainLayers(e.Chain), tc.n)
+			}
+			// Every member usable, even with its fd evicted.
+			for _, m := range e.Chain {
+				var st unix.Stat_t
+				if err := m.StatSelf(&st); err != nil {
+					t.Fatalf("%s: member in layer %d: %v", tc.name, m.Layer.Index, err)
+				}
+			}
+			e.Chain.Close()
+		}
+	}
+	if after := openFDs(t); after > before+cacheSize {
+		t.Errorf("open fds %d after 300 redirected lookups, %d before; the cache holds at most %d", after, before, cacheSize)
+	}
+}
