@@ -46,6 +46,12 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	uid, uok := in.GetUID()
 	gid, gok := in.GetGID()
+	if n.ofs.opts.Owners.squashed() {
+		// Every file shows the squashed owner; chown succeeds and
+		// changes nothing (fuse-overlayfs).
+		uok, gok = false, false
+	}
+	uid, gid = n.ofs.opts.Owners.onDisk(uid, gid)
 	if uok || gok {
 		u, g := -1, -1
 		if uok {

@@ -29,7 +29,7 @@ func checkNewName(name string) syscall.Errno {
 // (which new subdirectories inherit too).
 func (n *node) owner(ctx context.Context, mode uint32) (uid, gid, outMode uint32) {
 	if c, ok := fuse.FromContext(ctx); ok {
-		uid, gid = c.Uid, c.Gid
+		uid, gid = n.ofs.opts.Owners.onDisk(c.Uid, c.Gid)
 	}
 	outMode = mode
 	var st unix.Stat_t

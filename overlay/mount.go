@@ -39,6 +39,10 @@ type Options struct {
 	Passthrough bool
 	// NoACL turns off POSIX ACL enforcement (-o noacl).
 	NoACL bool
+	// Owners maps or squashes file owners (uidmapping=, gidmapping=,
+	// squash_to_uid=, squash_to_gid=, squash_to_root); the zero value
+	// shows them as they are on disk.
+	Owners Owners
 	// RedirectDirOff refuses to move directories that have lower
 	// instances (EXDEV), as the kernel with redirect_dir=off; by default
 	// they move with a redirect (-o redirect_dir=on).

@@ -162,7 +162,7 @@ func (n *node) fillAttr(st *unix.Stat_t, out *fuse.Attr) {
 	out.Ctime, out.Ctimensec = uint64(st.Ctim.Sec), uint32(st.Ctim.Nsec)
 	out.Mode = st.Mode
 	out.Nlink = uint32(st.Nlink)
-	out.Uid, out.Gid = st.Uid, st.Gid
+	out.Uid, out.Gid = n.ofs.opts.Owners.shown(st.Uid, st.Gid)
 	out.Rdev = uint32(st.Rdev)
 	out.Blksize = uint32(st.Blksize)
 	if n.isDir() && len(n.chain) > 1 {

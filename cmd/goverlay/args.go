@@ -23,7 +23,9 @@ type config struct {
 	NoSec          overlay.NoSecMode
 	NoPassthrough  bool // passthrough=off
 	NoACL          bool
-	RedirectDirOff bool     // redirect_dir=off|follow|nofollow
+	RedirectDirOff bool           // redirect_dir=off|follow|nofollow
+	Owners         overlay.Owners // uid/gid mapping and squashing
+	squashRoot     bool
 	AllowOther     bool     // asked for explicitly; root gets it anyway
 	ReadOnly       bool     // "ro" among KernelOptions
 	KernelOptions  []string // resolved mount flags, see resolveFlags

@@ -137,6 +137,7 @@ func overlayOptions(cfg *config, euid int, logger *log.Logger) overlay.Options {
 		Passthrough:    !cfg.NoPassthrough,
 		NoACL:          cfg.NoACL,
 		RedirectDirOff: cfg.RedirectDirOff,
+		Owners:         cfg.Owners,
 		FsName:         cfg.FsName,
 		// As root, other users (a container's) must get in; as
 		// fuse-overlayfs does, root always mounts with allow_other.

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/goverlay/goverlay/overlay"
@@ -66,6 +67,11 @@ var optionTable = []optionInfo{
 	{"nosec", "inherit|on|off", optSupported, "let the kernel skip the security.capability check on writes: inherit (default) when the upper filesystem is local, on, or off"},
 	{"passthrough", "on|off", optSupported, "on (default): the kernel reads and writes files of the upper layer directly (FUSE passthrough; Linux 6.9+, root); off: every read and write goes through goverlay"},
 	{"noacl", "", optSupported, "do not enforce POSIX ACLs (fuse-overlayfs)"},
+	{"uidmapping", "ID:HOSTID:LEN[:...]", optSupported, "owners ID..ID+LEN-1 on disk are shown as HOSTID..; new files and chown map back; unmapped ids show as the overflow uid (fuse-overlayfs; containers/storage passes it)"},
+	{"gidmapping", "ID:HOSTID:LEN[:...]", optSupported, "the same for groups"},
+	{"squash_to_root", "", optSupported, "show every file as owned by 0:0; chown succeeds and changes nothing (fuse-overlayfs)"},
+	{"squash_to_uid", "UID", optSupported, "show every file as owned by UID; wins over squash_to_root (fuse-overlayfs)"},
+	{"squash_to_gid", "GID", optSupported, "show every file's group as GID; wins over squash_to_root (fuse-overlayfs)"},
 	{"redirect_dir", "on|off|follow|nofollow", optSupported, "on (default): a directory with lower instances is renamed in place with an overlay.redirect xattr, as the kernel does with redirect_dir=on; off, follow, nofollow: such renames fail with EXDEV (mv falls back to copying). Redirects on disk are always followed"},
 
 	{"rw", "", optKernel, "default; dropped"},
@@ -87,11 +93,6 @@ var optionTable = []optionInfo{
 
 	{"subtype", "NAME", optIgnored, "the type is always fuse.goverlay"},
 
-	{"uidmapping", "ID:HOSTID:LEN[:...]", optNotYet, "map file owners between the mount and the layers (fuse-overlayfs)"},
-	{"gidmapping", "ID:HOSTID:LEN[:...]", optNotYet, "map file groups between the mount and the layers (fuse-overlayfs)"},
-	{"squash_to_root", "", optNotYet, "show every file as owned by root (fuse-overlayfs)"},
-	{"squash_to_uid", "UID", optNotYet, "show every file as owned by UID (fuse-overlayfs)"},
-	{"squash_to_gid", "GID", optNotYet, "show every file as owned by GID (fuse-overlayfs)"},
 	{"static_nlink", "", optNotYet, "report a link count of 1 for directories (fuse-overlayfs)"},
 	{"xattr_permissions", "0|1|2", optNotYet, "keep owners and modes in an xattr; containers/storage force_mask (fuse-overlayfs)"},
 	{"threaded", "0|1", optNotYet, "threading mode (fuse-overlayfs)"},
@@ -238,6 +239,29 @@ func (st *optState) set(key, raw string) error {
 		}
 	case "noacl":
 		c.NoACL = true
+	case "uidmapping", "gidmapping":
+		m, err := overlay.ParseIDMaps(unescape(raw))
+		if err != nil {
+			return failf(exitUsage, "option %q: %v", key, err)
+		}
+		if key == "uidmapping" {
+			c.Owners.UIDs = m
+		} else {
+			c.Owners.GIDs = m
+		}
+	case "squash_to_root":
+		c.squashRoot = true
+	case "squash_to_uid", "squash_to_gid":
+		n, err := strconv.ParseUint(unescape(raw), 10, 32)
+		if err != nil {
+			return failf(exitUsage, "option %q takes a numeric id, not %q", key, unescape(raw))
+		}
+		id := uint32(n)
+		if key == "squash_to_uid" {
+			c.Owners.SquashUID = &id
+		} else {
+			c.Owners.SquashGID = &id
+		}
 	case "redirect_dir":
 		switch v := unescape(raw); v {
 		case "on", "off", "follow", "nofollow":
@@ -257,6 +281,16 @@ func (st *optState) set(key, raw string) error {
 func (st *optState) finish() {
 	c := st.cfg
 	c.KernelOptions = st.resolveFlags()
+	if c.squashRoot {
+		// squash_to_uid/gid win over squash_to_root (fuse-overlayfs).
+		var zero uint32
+		if c.Owners.SquashUID == nil {
+			c.Owners.SquashUID = &zero
+		}
+		if c.Owners.SquashGID == nil {
+			c.Owners.SquashGID = &zero
+		}
+	}
 	c.ReadOnly = slices.Contains(c.KernelOptions, "ro")
 }
 

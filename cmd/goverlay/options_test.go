@@ -93,8 +93,14 @@ func TestParseArgs(t *testing.T) {
 		{"unknown option warned once", []string{"-o", "lowerdir=/a,bogus,bogus=1", "/m"}, func(c *config) string {
 			return diff(c.Warnings, []string{`unknown option "bogus" ignored`})
 		}},
-		{"not implemented warned once each", []string{"-o", "lowerdir=/a,uidmapping=0:1000:1,gidmapping=0:1000:1,uidmapping=0:1:1", "/m"}, func(c *config) string {
-			return diff(c.Warnings, []string{`option "uidmapping" is not implemented yet, ignored`, `option "gidmapping" is not implemented yet, ignored`})
+		{"not implemented warned once each", []string{"-o", "lowerdir=/a,static_nlink,xattr_permissions=2,static_nlink", "/m"}, func(c *config) string {
+			return diff(c.Warnings, []string{`option "static_nlink" is not implemented yet, ignored`, `option "xattr_permissions" is not implemented yet, ignored`})
+		}},
+		{"id mappings", []string{"-o", "lowerdir=/a,uidmapping=0:100000:65536:65536:1:1,gidmapping=0:200000:10", "/m"}, func(c *config) string {
+			return diff(len(c.Owners.UIDs), 2, c.Owners.UIDs[1].Disk, uint32(65536), c.Owners.UIDs[1].Shown, uint32(1), c.Owners.GIDs[0].Shown, uint32(200000))
+		}},
+		{"squash_to_uid wins over squash_to_root", []string{"-o", "lowerdir=/a,squash_to_root,squash_to_uid=7", "/m"}, func(c *config) string {
+			return diff(*c.Owners.SquashUID, uint32(7), *c.Owners.SquashGID, uint32(0))
 		}},
 		{"ignored options are silent", []string{"-o", "lowerdir=/a,subtype=x,default_permissions", "/m"}, func(c *config) string {
 			return diff(len(c.Warnings), 0)
@@ -339,6 +345,12 @@ func TestSplitHelpers(t *testing.T) {
 func sampleValue(o optionInfo) string {
 	if first, _, found := strings.Cut(o.Arg, "|"); found {
 		return first
+	}
+	switch o.Arg {
+	case "UID", "GID":
+		return "1000"
+	case "ID:HOSTID:LEN[:...]":
+		return "0:100000:65536"
 	}
 	return "/x"
 }

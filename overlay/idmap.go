@@ -1,0 +1,103 @@
+package overlay
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// IDMap maps a range of owner ids between the layers and the mount, as
+// fuse-overlayfs's uidmapping=/gidmapping= do (containers/storage passes
+// ContainerID:HostID:Size triplets): an id Disk+i on disk is shown as
+// Shown+i through the mount, and the other way round for the owner of a new
+// file or a chown.
+type IDMap struct {
+	Disk, Shown, Len uint32
+}
+
+// ParseIDMaps reads "DISK:SHOWN:LEN[:DISK:SHOWN:LEN...]".
+func ParseIDMaps(s string) ([]IDMap, error) {
+	f := strings.Split(s, ":")
+	if len(f)%3 != 0 || s == "" {
+		return nil, fmt.Errorf("%q: want ID:HOSTID:LEN triplets separated by colons", s)
+	}
+	var out []IDMap
+	for i := 0; i < len(f); i += 3 {
+		var v [3]uint32
+		for j := range v {
+			n, err := strconv.ParseUint(f[i+j], 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("%q: %q is not an id", s, f[i+j])
+			}
+			v[j] = uint32(n)
+		}
+		if v[2] == 0 || uint64(v[0])+uint64(v[2]) > 1<<32 || uint64(v[1])+uint64(v[2]) > 1<<32 {
+			return nil, fmt.Errorf("%q: the range %d:%d:%d is empty or too long", s, v[0], v[1], v[2])
+		}
+		out = append(out, IDMap{Disk: v[0], Shown: v[1], Len: v[2]})
+	}
+	return out, nil
+}
+
+// Owners is how owners are shown and stored: id maps, or squashing every
+// owner to one id.
+type Owners struct {
+	UIDs, GIDs []IDMap
+	// SquashUID and SquashGID, when set, are shown as the owner of every
+	// file; chown through the mount then changes nothing and succeeds
+	// (fuse-overlayfs's squash_to_uid/gid/root).
+	SquashUID, SquashGID *uint32
+}
+
+// overflowID is what the kernel shows for an id without a mapping.
+var overflowUID, overflowGID = readOverflow("uid"), readOverflow("gid")
+
+func readOverflow(kind string) uint32 {
+	b, err := os.ReadFile("/proc/sys/kernel/overflow" + kind)
+	if err != nil {
+		return 65534
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
+	if err != nil {
+		return 65534
+	}
+	return uint32(n)
+}
+
+func mapID(maps []IDMap, id uint32, toShown bool, overflow uint32) uint32 {
+	if len(maps) == 0 {
+		return id
+	}
+	for _, m := range maps {
+		from, to := m.Disk, m.Shown
+		if !toShown {
+			from, to = to, from
+		}
+		if id >= from && id-from < m.Len {
+			return to + (id - from)
+		}
+	}
+	return overflow
+}
+
+// shown turns on-disk owners into what the mount shows.
+func (o *Owners) shown(uid, gid uint32) (uint32, uint32) {
+	uid = mapID(o.UIDs, uid, true, overflowUID)
+	gid = mapID(o.GIDs, gid, true, overflowGID)
+	if o.SquashUID != nil {
+		uid = *o.SquashUID
+	}
+	if o.SquashGID != nil {
+		gid = *o.SquashGID
+	}
+	return uid, gid
+}
+
+// onDisk turns owners as the mount's callers give them into on-disk ones.
+func (o *Owners) onDisk(uid, gid uint32) (uint32, uint32) {
+	return mapID(o.UIDs, uid, false, overflowUID), mapID(o.GIDs, gid, false, overflowGID)
+}
+
+// squashed reports whether chown is a no-op.
+func (o *Owners) squashed() bool { return o.SquashUID != nil || o.SquashGID != nil }
