@@ -151,8 +151,16 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if err != nil {
 		return nil, errno(err)
 	}
-	tp, tname := t.location()
-	if err := n.ofs.upper.Link(tp.Dir, tname, pd, name, over); err != nil {
+	t.mu.Lock()
+	tmp := t.tmp
+	t.mu.Unlock()
+	if tmp {
+		err = t.linkTemp(pd, name, over)
+	} else {
+		tp, tname := t.location()
+		err = n.ofs.upper.Link(tp.Dir, tname, pd, name, over)
+	}
+	if err != nil {
 		return nil, errno(err)
 	}
 	var st unix.Stat_t

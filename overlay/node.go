@@ -26,6 +26,8 @@ import (
 type node struct {
 	fs.Inode
 	ofs *FS
+	// dir is set, before the node is published, for a directory.
+	dir bool
 
 	// copyMu serialises the copy-up of this node.
 	copyMu sync.Mutex
@@ -48,10 +50,13 @@ type node struct {
 	// openCached and openPassthrough count the open handles by I/O
 	// mode: the kernel refuses to mix the two on one inode (ETXTBSY).
 	openCached, openPassthrough int
+	// tmp marks an O_TMPFILE file not linked yet: it lives in the
+	// workdir (tmpfile.go).
+	tmp bool
 }
 
 func (f *FS) newRoot() *node {
-	n := &node{ofs: f, chain: lower.RootChain(f.layers)}
+	n := &node{ofs: f, dir: true, chain: lower.RootChain(f.layers)}
 	n.refreshFastExec()
 	return n
 }
@@ -75,6 +80,7 @@ func (n *node) newChild(ctx context.Context, name string, e *lower.Entry) *fs.In
 	}
 	c := &node{ofs: n.ofs}
 	if e.IsDir() {
+		c.dir = true
 		c.chain = e.Chain
 		c.redirect = e.Redirect
 		c.computeFastExec(&e.Stat)
@@ -142,14 +148,15 @@ func (f *FS) stableAttr(e *lower.Entry, name string, p *node) fs.StableAttr {
 }
 
 // isDir reports whether n is a directory.
-func (n *node) isDir() bool { return n.chain != nil }
+func (n *node) isDir() bool { return n.dir }
 
 // stat reads the attributes of n's topmost instance.
 func (n *node) stat(st *unix.Stat_t) error {
 	if n.isDir() {
-		return n.chain[0].StatSelf(st)
+		return n.top().StatSelf(st)
 	}
-	return n.parent.Stat(n.name, st)
+	par, name := n.location()
+	return par.Stat(name, st)
 }
 
 // fillAttr converts a layer's stat into what the mount reports.
@@ -165,7 +172,13 @@ func (n *node) fillAttr(st *unix.Stat_t, out *fuse.Attr) {
 	out.Uid, out.Gid = n.ofs.opts.Owners.shown(st.Uid, st.Gid)
 	out.Rdev = uint32(st.Rdev)
 	out.Blksize = uint32(st.Blksize)
-	if n.isDir() && len(n.chain) > 1 {
+	n.mu.Lock()
+	tmp, layers := n.tmp, len(n.chain)
+	n.mu.Unlock()
+	if tmp && out.Nlink > 0 {
+		out.Nlink-- // the workdir's name is not a name
+	}
+	if n.isDir() && layers > 1 {
 		// Counting subdirectories across layers is not worth it;
 		// nlink=1 pacifies find(1) (Linux: ovl_getattr()).
 		out.Nlink = 1

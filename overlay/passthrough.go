@@ -56,4 +56,5 @@ func (n *node) closed(passthrough bool) {
 	} else {
 		n.openCached--
 	}
+	n.dropTempLocked()
 }

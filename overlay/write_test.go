@@ -7,6 +7,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pkg/xattr"
 	"golang.org/x/sys/unix"
@@ -374,5 +375,56 @@ func TestRenameLowerDirRedirectOff(t *testing.T) {
 	mnt := mountT(t, Options{Lower: []string{lo}, Upper: up, Work: work, RedirectDirOff: true})
 	if err := os.Rename(mnt+"/dir", mnt+"/dir2"); !errors.Is(err, syscall.EXDEV) {
 		t.Errorf("rename of a lower dir with redirect_dir=off: %v, want EXDEV", err)
+	}
+}
+
+// TestTmpfile: an O_TMPFILE file is invisible until linkat gives it a
+// name, and leaves nothing behind when closed without one.
+func TestTmpfile(t *testing.T) {
+	lo := t.TempDir()
+	write(t, lo+"/d/x", "x")
+	up, work := t.TempDir(), t.TempDir()
+	mnt := mountT(t, Options{Lower: []string{lo}, Upper: up, Work: work})
+	fd, err := unix.Open(mnt+"/d", unix.O_TMPFILE|unix.O_RDWR, 0o640)
+	if err != nil {
+		t.Skipf("O_TMPFILE through FUSE: %v", err)
+	}
+	if _, err := unix.Write(fd, []byte("tmp data")); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Nlink != 0 || st.Mode&07777 != 0o640 {
+		t.Errorf("fstat of the tmpfile: nlink %d mode %o %v, want 0 and 640", st.Nlink, st.Mode&07777, err)
+	}
+	if got := names(t, mnt+"/d"); strings.Join(got, " ") != "x" {
+		t.Errorf("d lists %v before the link", got)
+	}
+	if err := unix.Linkat(fd, "", unix.AT_FDCWD, mnt+"/d/linked", unix.AT_EMPTY_PATH); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	if got := readFile(t, mnt+"/d/linked"); got != "tmp data" {
+		t.Errorf("linked: %q", got)
+	}
+	if got := readFile(t, up+"/d/linked"); got != "tmp data" {
+		t.Errorf("upper: %q", got)
+	}
+	// An unlinked one leaves nothing.
+	fd, err = unix.Open(mnt+"/d", unix.O_TMPFILE|unix.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Write(fd, []byte("gone"))
+	unix.Close(fd)
+	// The kernel sends RELEASE after close returns: wait for its effect,
+	// within a bound.
+	var got []string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if got = names(t, work+"/work"); len(got) == 0 {
+			break
+		}
+	}
+	if len(got) != 0 {
+		t.Errorf("workdir/work holds %v after the tmpfiles are linked or closed", got)
 	}
 }

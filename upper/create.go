@@ -332,3 +332,22 @@ func (l *Layer) SetRedirect(d *lower.Dir, path string) error {
 		return xattr.Set(p, l.opts.XattrPrefix+"redirect", []byte(path))
 	})
 }
+
+// CreateTemp makes the regular file o in the workdir under a fresh name,
+// where nothing shows it through the mount: the body of an O_TMPFILE file
+// until it is linked into place (Link from l.Work). It returns the name and
+// an open fd.
+func (l *Layer) CreateTemp(o Object) (string, int, error) {
+	tmp := l.tmpName()
+	fd, err := l.make(tmp, o)
+	if err != nil {
+		removeAll(l.Work, tmp)
+		return "", -1, err
+	}
+	return tmp, fd, nil
+}
+
+// RemoveTemp removes a file CreateTemp made.
+func (l *Layer) RemoveTemp(name string) error {
+	return unix.Unlinkat(l.wfd, name, 0)
+}

@@ -1,0 +1,72 @@
+package overlay
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/lower"
+	"github.com/goverlay/goverlay/upper"
+)
+
+// O_TMPFILE: the file is made in the workdir under a fresh name, where the
+// mount does not show it, and every name-based operation works on it as on
+// any upper file. linkat(2) gives it its first name (Link, with the
+// workdir entry removed); a last close without one removes it; a crash
+// leaves it in the workdir, which the next mount empties.
+
+var _ = (fs.NodeTmpfiler)((*node)(nil))
+
+// Tmpfile makes an unnamed regular file in directory n.
+func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	// The file belongs to this directory as far as the caller can tell
+	// (its group from a setgid directory, its filesystem): the
+	// directory must be in the upper layer for it to be linked there.
+	if _, err := n.upperDir(ctx); err != nil {
+		return nil, nil, 0, errno(err)
+	}
+	o := upper.Object{Mode: mode&07777 | unix.S_IFREG, Flags: backingFlags(flags)}
+	o.Uid, o.Gid, o.Mode = n.owner(ctx, o.Mode)
+	name, fd, err := n.ofs.upper.CreateTemp(o)
+	if err != nil {
+		return nil, nil, 0, errno(err)
+	}
+	e := &lower.Entry{Parent: lower.Member{Dir: n.ofs.upper.Work}}
+	if err := unix.Fstat(fd, &e.Stat); err != nil {
+		unix.Close(fd)
+		n.ofs.upper.RemoveTemp(name)
+		return nil, nil, 0, errno(err)
+	}
+	c := &node{ofs: n.ofs, parent: e.Parent, name: name, tmp: true}
+	child := n.NewInode(ctx, c, fs.StableAttr{Mode: unix.S_IFREG, Ino: n.ofs.ino.ino(e.Stat.Dev, e.Stat.Ino)})
+	c.fillAttr(&e.Stat, &out.Attr)
+	c.setEntryTimeouts(out)
+	return child, newHandle(c, fd, true, true), fuse.FOPEN_KEEP_CACHE, 0
+}
+
+// linkTemp gives the O_TMPFILE file t its first name, name in the upper
+// directory d, which holds over there.
+func (t *node) linkTemp(d *lower.Dir, name string, over upper.Over) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.ofs.upper.Link(t.ofs.upper.Work, t.name, d, name, over); err != nil {
+		return err
+	}
+	t.ofs.upper.RemoveTemp(t.name)
+	t.parent, t.name, t.tmp = lower.Member{Dir: d}, name, false
+	return nil
+}
+
+// dropTemp removes the body of an O_TMPFILE file that was closed without
+// ever being linked.
+//
+// Preconditions: t.mu is held.
+func (t *node) dropTempLocked() {
+	if t.tmp && t.openCached == 0 && t.openPassthrough == 0 {
+		t.ofs.upper.RemoveTemp(t.name)
+		t.tmp = false
+	}
+}
