@@ -81,7 +81,10 @@ func (n *node) create(ctx context.Context, name string, o upper.Object, out *fus
 		}
 		return nil, -1, errno(err)
 	}
-	child := n.newChild(ctx, name, e)
+	// A new object has no inode number from before a copy-up to look
+	// for: its identity is its own.
+	sa := fs.StableAttr{Mode: e.Stat.Mode & unix.S_IFMT, Ino: n.ofs.ino.ino(e.Stat.Dev, e.Stat.Ino)}
+	child := n.newChildAs(ctx, name, e, sa)
 	c := child.Operations().(*node)
 	c.fillAttr(&e.Stat, &out.Attr)
 	c.setEntryTimeouts(out)

@@ -72,7 +72,11 @@ func (f *FS) rootIno() uint64 {
 
 // newChild makes the node for entry e, found in n under name.
 func (n *node) newChild(ctx context.Context, name string, e *lower.Entry) *fs.Inode {
-	sa := n.ofs.stableAttr(e, name, n)
+	return n.newChildAs(ctx, name, e, n.ofs.stableAttr(e, name, n))
+}
+
+// newChildAs is newChild with the identity already known.
+func (n *node) newChildAs(ctx context.Context, name string, e *lower.Entry, sa fs.StableAttr) *fs.Inode {
 	if old := n.GetChild(name); old != nil && old.StableAttr() == sa {
 		// Already known: keep the node (and its fds) the kernel has.
 		e.Chain.Close()
