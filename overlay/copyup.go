@@ -61,6 +61,11 @@ func (n *node) upperDir(ctx context.Context) (*lower.Dir, error) {
 	n.mu.Lock()
 	n.chain = append(lower.Chain{{Dir: ud}}, n.chain...)
 	n.mu.Unlock()
+	// The directory is now merged, which changes its link count as the
+	// kernel overlay reports it (1): the kernel must not keep the old
+	// attributes. Asynchronous: a notification must not wait on a
+	// request in flight.
+	go n.NotifyContent(-1, 0)
 	return ud, nil
 }
 

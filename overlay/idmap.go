@@ -16,8 +16,11 @@ type IDMap struct {
 	Disk, Shown, Len uint32
 }
 
-// ParseIDMaps reads "DISK:SHOWN:LEN[:DISK:SHOWN:LEN...]".
+// ParseIDMaps reads "DISK:SHOWN:LEN[:DISK:SHOWN:LEN...]". containers/storage
+// puts a colon before every triplet, the first one too
+// (":0:100000:65536"), which fuse-overlayfs accepts, and so do we.
 func ParseIDMaps(s string) ([]IDMap, error) {
+	s = strings.TrimPrefix(s, ":")
 	f := strings.Split(s, ":")
 	if len(f)%3 != 0 || s == "" {
 		return nil, fmt.Errorf("%q: want ID:HOSTID:LEN triplets separated by colons", s)

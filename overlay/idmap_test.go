@@ -22,7 +22,7 @@ func TestParseIDMaps(t *testing.T) {
 			t.Errorf("ParseIDMaps(%q) accepted", bad)
 		}
 	}
-	m, err := ParseIDMaps("0:100000:65536:65536:1:1")
+	m, err := ParseIDMaps(":0:100000:65536:65536:1:1") // containers/storage's form
 	if err != nil || len(m) != 2 || m[1] != (IDMap{Disk: 65536, Shown: 1, Len: 1}) {
 		t.Errorf("got %v %v", m, err)
 	}
