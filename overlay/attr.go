@@ -46,11 +46,6 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	uid, uok := in.GetUID()
 	gid, gok := in.GetGID()
-	if n.ofs.opts.Owners.squashed() {
-		// Every file shows the squashed owner; chown succeeds and
-		// changes nothing (fuse-overlayfs).
-		uok, gok = false, false
-	}
 	uid, gid = n.ofs.opts.Owners.onDisk(uid, gid)
 	if uok || gok {
 		u, g := -1, -1
@@ -64,7 +59,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			return unix.Fchownat(fd, nameOrDot(name), u, g, unix.AT_SYMLINK_NOFOLLOW)
 		})
 		n.invalidateNoSec()
-		if err != nil {
+		if err != nil && !n.ofs.opts.Owners.squashed() {
+			// With squashing, every file shows the squashed
+			// owner, and chown always succeeds (fuse-overlayfs).
 			return errno(err)
 		}
 	}

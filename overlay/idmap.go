@@ -48,8 +48,8 @@ func ParseIDMaps(s string) ([]IDMap, error) {
 type Owners struct {
 	UIDs, GIDs []IDMap
 	// SquashUID and SquashGID, when set, are shown as the owner of every
-	// file; chown through the mount then changes nothing and succeeds
-	// (fuse-overlayfs's squash_to_uid/gid/root).
+	// file; chown through the mount still changes the file on disk, and
+	// its errors are ignored (fuse-overlayfs's squash_to_uid/gid/root).
 	SquashUID, SquashGID *uint32
 }
 
@@ -102,5 +102,5 @@ func (o *Owners) onDisk(uid, gid uint32) (uint32, uint32) {
 	return mapID(o.UIDs, uid, false, overflowUID), mapID(o.GIDs, gid, false, overflowGID)
 }
 
-// squashed reports whether chown is a no-op.
+// squashed reports whether chown errors are ignored.
 func (o *Owners) squashed() bool { return o.SquashUID != nil || o.SquashGID != nil }
