@@ -65,6 +65,7 @@ type Dir struct {
 	mu       sync.Mutex
 	parent   *Dir
 	name     string
+	path     []string // without a parent: the components from the layer root
 	dev, ino uint64
 	fd       int // -1 while not open
 	pins     int
@@ -127,7 +128,7 @@ func (d *Dir) release() {
 		unix.Close(d.fd)
 		d.fd = -1
 	}
-	idle := d.pins == 0 && d.parent != nil && d.fd >= 0 && !d.dead
+	idle := d.pins == 0 && d.reopenable() && d.fd >= 0 && !d.dead
 	if idle {
 		fdCache.add(d)
 	}
@@ -141,15 +142,19 @@ func (d *Dir) release() {
 //
 // Preconditions: d.mu is held; d.fd < 0.
 func (d *Dir) reopenLocked() error {
-	if d.parent == nil {
+	var fd int
+	var err error
+	switch {
+	case d.parent != nil:
+		err = d.parent.Do(func(pfd int) error {
+			fd, err = openDirAt(pfd, d.name)
+			return err
+		})
+	case d.path != nil:
+		fd, err = d.Layer.walk(d.path)
+	default:
 		return unix.EBADF
 	}
-	var fd int
-	err := d.parent.Do(func(pfd int) error {
-		var err error
-		fd, err = openDirAt(pfd, d.name)
-		return err
-	})
 	if err != nil {
 		return err
 	}
@@ -177,7 +182,7 @@ func openDirAt(dirfd int, name string) (int, error) {
 //
 // Preconditions: d.mu is held.
 func (d *Dir) closeIdleLocked() {
-	if d.pins == 0 && d.fd >= 0 && d.parent != nil {
+	if d.pins == 0 && d.fd >= 0 && d.reopenable() {
 		unix.Close(d.fd)
 		d.fd = -1
 	}
@@ -201,6 +206,60 @@ func (d *Dir) Close() error {
 	err := unix.Close(d.fd)
 	d.fd = -1
 	return err
+}
+
+// reopenable reports whether d can open its fd again after the cache
+// closed it.
+//
+// Preconditions: d.mu is held.
+func (d *Dir) reopenable() bool { return d.parent != nil || d.path != nil }
+
+// walked returns the path d reopens itself through, if it was found by
+// walking from a layer root (rebase).
+func (d *Dir) walked() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.path == nil {
+		return nil
+	}
+	return append([]string(nil), d.path...)
+}
+
+// rebase makes d reopen itself from the layer root through path instead
+// of from its parent, so that the parent need not stay open.
+func (d *Dir) rebase(path []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.parent, d.path = nil, path
+}
+
+// walk opens the directory at path from the root of l, one O_NOFOLLOW
+// step at a time.
+func (l *Layer) walk(path []string) (int, error) {
+	fd, err := -1, error(nil)
+	err = l.root.Do(func(rfd int) error {
+		cur := rfd
+		for _, c := range path {
+			next, err := openDirAt(cur, c)
+			if cur != rfd {
+				unix.Close(cur)
+			}
+			if err != nil {
+				return err
+			}
+			cur = next
+		}
+		if cur == rfd {
+			next, err := unix.FcntlInt(uintptr(rfd), unix.F_DUPFD_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			cur = next
+		}
+		fd = cur
+		return nil
+	})
+	return fd, err
 }
 
 // Moved records that the directory now is name in parent (a rename in the

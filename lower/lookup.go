@@ -73,6 +73,16 @@ func (e *Entry) IsDir() bool { return e.Stat.Mode&unix.S_IFMT == unix.S_IFDIR }
 func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
 	var e *Entry
 	cur, curName := c, name
+	var walked []Chain // directories opened for absolute redirects
+	defer func() {
+		for _, w := range walked {
+			for _, m := range w {
+				if m.walked() != nil {
+					m.Close()
+				}
+			}
+		}
+	}()
 	for k := 0; k < len(cur); k++ {
 		m := cur[k]
 		var st unix.Stat_t
@@ -111,6 +121,11 @@ func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
 			}
 			break
 		}
+		if p := m.walked(); p != nil {
+			// Found below a redirect's path: reopen from the root,
+			// not from the walked directory, which is closed below.
+			d.rebase(append(p, curName))
+		}
 		opaque, xw := d.isOpaque()
 		// A ".wh.NAME" beside the directory hides NAME in the layers
 		// below it as much as it would without the directory.
@@ -138,6 +153,7 @@ func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
 		// Idle, they leave the fd cache like any other.
 		parent, base := splitRedirect(r)
 		cur, curName, k = walkLayers(layers, m.Layer.Index+1, parent), base, -1
+		walked = append(walked, cur)
 	}
 	if e == nil {
 		return nil, unix.ENOENT
@@ -186,40 +202,72 @@ func splitRedirect(r string) (parent, name string) {
 }
 
 // walkLayers opens the directory at the absolute path p ("" is the root)
-// in each layer from index from down, one O_NOFOLLOW step at a time.
-// Layers where the path is missing or not a directory are left out. The
-// chain is never closed (it may hold layer roots); its idle fds leave
-// through the fd cache.
+// in each layer from index from down, one O_NOFOLLOW step at a time, the
+// way a lookup of p through the layers would find it: a layer where the
+// path is missing is skipped; a whiteout or a non-directory on the way ends
+// the walk for every layer below; an opaque directory on the way ends it
+// after its own layer. Members other than layer roots reopen themselves
+// from the root (Dir.rebase); the caller closes them when done.
 func walkLayers(layers []*Layer, from int, p string) Chain {
 	var out Chain
+	comps := strings.FieldsFunc(p, func(r rune) bool { return r == '/' })
 	for _, l := range layers {
 		if l.Index < from {
 			continue
 		}
-		d := l.root
-		var opened *Dir
-		ok := true
-		for _, comp := range strings.Split(strings.TrimPrefix(p, "/"), "/") {
-			if comp == "" {
-				continue
-			}
-			next, err := d.OpenDir(comp)
-			if err != nil {
-				ok = false
-				opened = nil
-				break
-			}
-			d, opened = next, next
+		d, found, last := walkLayer(l, comps)
+		if found {
+			out = append(out, Member{Dir: d})
 		}
-		if !ok {
-			continue
+		if last {
+			break
 		}
-		if opened == nil {
-			opened = l.root // the redirect is a name at the root
-		}
-		out = append(out, Member{Dir: opened})
 	}
 	return out
+}
+
+// walkLayer walks comps from the root of l. It reports the directory if
+// the whole path is there, and whether the layers below l are hidden. The
+// directory reopens itself from the root (Dir.rebase): the ones on the way
+// are closed at once.
+func walkLayer(l *Layer, comps []string) (d *Dir, found, last bool) {
+	d = l.root
+	done := func(keep *Dir) {
+		if d != l.root && d != keep {
+			d.Close()
+		}
+	}
+	for _, c := range comps {
+		var st unix.Stat_t
+		err := d.Stat(c, &st)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			last = d.hasEntry(WhiteoutPrefix + c)
+			done(nil)
+			return nil, false, last
+		case err != nil:
+			done(nil)
+			return nil, false, false
+		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+			// A whiteout or a file hides the path below.
+			done(nil)
+			return nil, false, true
+		}
+		next, err := d.OpenDir(c)
+		if err != nil {
+			done(nil)
+			return nil, false, false
+		}
+		if opaque, _ := next.isOpaque(); opaque || d.hasEntry(WhiteoutPrefix+c) {
+			last = true
+		}
+		done(nil)
+		d = next
+	}
+	if d != l.root {
+		d.rebase(comps)
+	}
+	return d, true, last
 }
 
 // hasEntry reports whether name exists in d. Errors, such as a whiteout name

@@ -16,6 +16,9 @@ import (
 // directory's own instance (name ""), or a non-directory's directory and
 // name. data says whether a regular file's contents are needed.
 func (n *node) toUpper(ctx context.Context, data bool) (*lower.Dir, string, error) {
+	if !n.isDir() && n.gone() {
+		return nil, "", syscall.ENOENT
+	}
 	if n.isDir() {
 		d, err := n.upperDir(ctx)
 		return d, "", err

@@ -81,7 +81,16 @@ func (n *node) top() lower.Member {
 func (n *node) location() (lower.Member, string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.parent, n.name
+	l := n.firstLinkLocked()
+	return l.dir, l.name
+}
+
+// gone reports, for a request that met the node while its last name was
+// being removed, that the file is gone: its name may be a whiteout now.
+func (n *node) gone() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.unlinked
 }
 
 // copyUp makes sure non-directory n is in the upper layer; without data
@@ -122,8 +131,12 @@ func (n *node) copyUp(ctx context.Context, data bool) error {
 		return err
 	}
 	n.mu.Lock()
-	n.parent, n.name = lower.Member{Dir: pd}, name
+	n.links = []link{{lower.Member{Dir: pd}, name}}
 	n.mu.Unlock()
+	var ust unix.Stat_t
+	if pd.Stat(name, &ust) == nil {
+		n.ofs.registerUpperFile(n, &ust)
+	}
 	n.invalidateNoSec()
 	n.ofs.stats.copyUps.Add(1)
 	if st.Nlink > 1 {

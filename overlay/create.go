@@ -161,7 +161,9 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		err = t.linkTemp(pd, name, over)
 	} else {
 		tp, tname := t.location()
-		err = n.ofs.upper.Link(tp.Dir, tname, pd, name, over)
+		if err = n.ofs.upper.Link(tp.Dir, tname, pd, name, over); err == nil {
+			t.addLink(lower.Member{Dir: pd}, name)
+		}
 	}
 	if err != nil {
 		return nil, errno(err)

@@ -21,7 +21,10 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	if errno := d.load(); errno != 0 {
 		return nil, 0, errno
 	}
-	return d, 0, 0
+	// The kernel may keep the listing across opens: every change of the
+	// directory through the mount makes it drop it (fuse_dir_changed()),
+	// and nothing else changes it.
+	return d, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
 }
 
 // dirHandle is one open merged directory.

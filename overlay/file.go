@@ -24,6 +24,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 			return nil, 0, errno(err)
 		}
 	}
+	n.locMu.RLock()
+	defer n.locMu.RUnlock()
+	if n.gone() {
+		return nil, 0, syscall.ENOENT
+	}
 	par, name := n.location()
 	bflags := backingFlags(flags)
 	if write && flags&syscall.O_TRUNC != 0 {
@@ -52,9 +57,9 @@ var _ = (fs.NodeReadlinker)((*node)(nil))
 
 // Readlink reads the topmost instance of a symlink.
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
-	n.mu.Lock()
-	parent, name := n.parent, n.name
-	n.mu.Unlock()
+	n.locMu.RLock()
+	defer n.locMu.RUnlock()
+	parent, name := n.location()
 	if parent.Dir == nil {
 		return nil, syscall.EINVAL
 	}

@@ -213,6 +213,15 @@ func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uin
 	return errno(unix.Fallocate(fd, mode, int64(off), int64(size)))
 }
 
+// stat is fstat of the open file.
+func (h *handle) stat(st *unix.Stat_t) error {
+	fd, err := h.current()
+	if err != nil {
+		return err
+	}
+	return unix.Fstat(fd, st)
+}
+
 // truncate sets the size through the handle.
 func (h *handle) truncate(size uint64) error {
 	fd, err := h.current()

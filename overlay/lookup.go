@@ -45,7 +45,12 @@ var _ = (fs.NodeGetattrer)((*node)(nil))
 // Getattr reports the topmost instance's attributes.
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	var st unix.Stat_t
-	if err := n.stat(&st); err != nil {
+	if h, ok := f.(*handle); ok {
+		// fstat(2): the open file, whatever names it has left.
+		if err := h.stat(&st); err != nil {
+			return errno(err)
+		}
+	} else if err := n.stat(&st); err != nil {
 		return errno(err)
 	}
 	n.fillAttr(&st, &out.Attr)

@@ -82,6 +82,8 @@ type FS struct {
 	privs    privs.Counters
 
 	statsL net.Listener
+	// upperFiles maps upper files to their nodes (links.go).
+	upperFiles upperFiles
 }
 
 // New opens the layers described by o. Nothing is mounted yet.

@@ -31,6 +31,10 @@ type node struct {
 
 	// copyMu serialises the copy-up of this node.
 	copyMu sync.Mutex
+	// locMu is held for reading while a name of the node is used for a
+	// syscall, and for writing while a rename or unlink changes its
+	// names, so no syscall meets a name half moved.
+	locMu sync.RWMutex
 	// nosec is set once the file is known to carry no suid, sgid or
 	// security.capability (privs.NoSec).
 	nosec privs.NoSec
@@ -44,9 +48,15 @@ type node struct {
 	// redirect is a directory's overlay.redirect: where its lower
 	// instances are, when it was moved.
 	redirect string
-	// parent and name locate a non-directory.
-	parent lower.Member
-	name   string
+	// links locate a non-directory: each name it has, as the directory
+	// (in the topmost layer that has the file) that holds it and the name
+	// there. Hard links in the upper layer share one node, so a node may
+	// have several; operations use the first (links.go).
+	links []link
+	// key identifies an upper file in FS.upperFiles.
+	key devIno
+	// unlinked is set when the last name of the file was removed.
+	unlinked bool
 	// openCached and openPassthrough count the open handles by I/O
 	// mode: the kernel refuses to mix the two on one inode (ETXTBSY).
 	openCached, openPassthrough int
@@ -82,6 +92,15 @@ func (n *node) newChildAs(ctx context.Context, name string, e *lower.Entry, sa f
 		e.Chain.Close()
 		return old
 	}
+	if !e.IsDir() && e.Parent.Layer.Upper {
+		// A hard link of an upper file the kernel already knows
+		// under another name: the same node, one name more.
+		if x := n.ofs.knownUpperFile(e, &sa); x != nil {
+			x.addLink(e.Parent, name)
+			e.Chain.Close()
+			return x.EmbeddedInode()
+		}
+	}
 	c := &node{ofs: n.ofs}
 	if e.IsDir() {
 		c.dir = true
@@ -94,10 +113,13 @@ func (n *node) newChildAs(ctx context.Context, name string, e *lower.Entry, sa f
 		// Closing twice is harmless (lower.Dir.Close).
 		runtime.AddCleanup(c, lower.Chain.Close, e.Chain)
 	} else {
-		c.parent = e.Parent
-		c.name = name
+		c.links = []link{{e.Parent, name}}
 	}
-	return n.NewInode(ctx, c, sa)
+	child := n.NewInode(ctx, c, sa)
+	if !e.IsDir() && e.Parent.Layer.Upper {
+		n.ofs.registerUpperFile(c, &e.Stat)
+	}
+	return child
 }
 
 var _ = (fs.NodeOnForgetter)((*node)(nil))
@@ -105,6 +127,7 @@ var _ = (fs.NodeOnForgetter)((*node)(nil))
 // OnForget closes a forgotten directory's fds. The root's chain holds the
 // layer roots, which the FS owns.
 func (n *node) OnForget() {
+	n.ofs.forgetUpperFile(n)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.chain != nil && !n.IsRoot() {
@@ -134,6 +157,13 @@ func (f *FS) stableAttr(e *lower.Entry, name string, p *node) fs.StableAttr {
 			st = &bst
 		}
 		sa.Ino = f.ino.ino(st.Dev, st.Ino)
+		if e.Redirect != "" {
+			// A redirected directory shares its bottom instance
+			// with the directory at the redirect's path, which
+			// hostile layers may show as well: they are still two
+			// directories.
+			sa.Gen = f.ino.ino(e.Stat.Dev, e.Stat.Ino) | 1
+		}
 	case e.Parent.Layer.Upper:
 		if ino, ok := f.upperIno(e.Parent.Dir, name); ok {
 			sa.Ino = ino
@@ -158,6 +188,11 @@ func (n *node) isDir() bool { return n.dir }
 func (n *node) stat(st *unix.Stat_t) error {
 	if n.isDir() {
 		return n.top().StatSelf(st)
+	}
+	n.locMu.RLock()
+	defer n.locMu.RUnlock()
+	if n.gone() {
+		return syscall.ENOENT
 	}
 	par, name := n.location()
 	return par.Stat(name, st)

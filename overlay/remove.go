@@ -77,6 +77,12 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errn
 	if err != nil {
 		return errno(err)
 	}
+	var child *node
+	if in := n.GetChild(name); in != nil && !isDir {
+		child = in.Operations().(*node)
+		child.locMu.Lock()
+		defer child.locMu.Unlock()
+	}
 	if e.Parent.Layer.Upper {
 		err = n.ofs.upper.Remove(pd, name, isDir, below)
 	} else {
@@ -84,6 +90,10 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errn
 	}
 	if err != nil {
 		return errno(err)
+	}
+	if child != nil {
+		// Its other names, if any, go on.
+		child.removeLink(pd, name)
 	}
 	if below {
 		n.ofs.stats.whiteouts.Add(1)

@@ -1,8 +1,11 @@
 package overlay
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"syscall"
+	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"golang.org/x/sys/unix"
@@ -173,7 +176,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			if dstE.IsDir() {
 				// The target looks empty but its upper instance may
 				// hold whiteouts, which rename(2) would call content.
-				if err := n.ofs.upper.ClearWhiteouts(dd, newName); err != nil {
+				if err := n.ofs.upper.EmptyDir(dd, newName); err != nil {
 					return errno(err)
 				}
 			}
@@ -181,18 +184,30 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return errno(err)
 		}
 	}
+	// The nodes whose names change: no syscall may use a name of theirs
+	// between the rename and the record of it (locMu).
+	var replaced *node
+	if dst == nil && dstExists && !dstE.IsDir() {
+		if in := np.GetChild(newName); in != nil {
+			replaced = in.Operations().(*node)
+		}
+	}
+	unlock := lockNames(src, dst, replaced)
+	defer unlock()
 	if err := n.ofs.upper.Rename(sd, name, dd, newName, uint(flags), whiteout, over, opaque); err != nil {
 		return errno(err)
 	}
-	src.moved(dd, newName)
+	src.moved(sd, name, dd, newName)
 	if dst != nil {
-		dst.moved(sd, name)
+		dst.moved(dd, newName, sd, name)
+	} else if replaced != nil {
+		replaced.removeLink(dd, newName)
 	}
 	return 0
 }
 
 // moved records that c now lives in upper directory d under name.
-func (c *node) moved(d *lower.Dir, name string) {
+func (c *node) moved(from *lower.Dir, fromName string, d *lower.Dir, name string) {
 	if c.isDir() {
 		// An open fd follows the directory; a reopen must know.
 		c.top().Moved(d, name)
@@ -201,5 +216,27 @@ func (c *node) moved(d *lower.Dir, name string) {
 	c.invalidateNoSec()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.parent, c.name = lower.Member{Dir: d}, name
+	c.replaceLinkLocked(from, fromName, lower.Member{Dir: d}, name)
+}
+
+// lockNames takes the locMu of each distinct node given, in address order
+// (the only place that holds more than one), and returns the unlock.
+func lockNames(nodes ...*node) func() {
+	var ns []*node
+	for _, n := range nodes {
+		if n != nil && !slices.Contains(ns, n) {
+			ns = append(ns, n)
+		}
+	}
+	slices.SortFunc(ns, func(a, b *node) int {
+		return cmp.Compare(uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(b)))
+	})
+	for _, n := range ns {
+		n.locMu.Lock()
+	}
+	return func() {
+		for _, n := range ns {
+			n.locMu.Unlock()
+		}
+	}
 }

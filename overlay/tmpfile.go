@@ -40,7 +40,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 		n.ofs.upper.RemoveTemp(name)
 		return nil, nil, 0, errno(err)
 	}
-	c := &node{ofs: n.ofs, parent: e.Parent, name: name, tmp: true}
+	c := &node{ofs: n.ofs, links: []link{{e.Parent, name}}, tmp: true}
 	child := n.NewInode(ctx, c, fs.StableAttr{Mode: unix.S_IFREG, Ino: n.ofs.ino.ino(e.Stat.Dev, e.Stat.Ino)})
 	c.fillAttr(&e.Stat, &out.Attr)
 	c.setEntryTimeouts(out)
@@ -52,11 +52,12 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 func (t *node) linkTemp(d *lower.Dir, name string, over upper.Over) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := t.ofs.upper.Link(t.ofs.upper.Work, t.name, d, name, over); err != nil {
+	tmpName := t.firstLinkLocked().name
+	if err := t.ofs.upper.Link(t.ofs.upper.Work, tmpName, d, name, over); err != nil {
 		return err
 	}
-	t.ofs.upper.RemoveTemp(t.name)
-	t.parent, t.name, t.tmp = lower.Member{Dir: d}, name, false
+	t.ofs.upper.RemoveTemp(tmpName)
+	t.links, t.tmp = []link{{lower.Member{Dir: d}, name}}, false
 	return nil
 }
 
@@ -66,7 +67,7 @@ func (t *node) linkTemp(d *lower.Dir, name string, over upper.Over) error {
 // Preconditions: t.mu is held.
 func (t *node) dropTempLocked() {
 	if t.tmp && t.openCached == 0 && t.openPassthrough == 0 {
-		t.ofs.upper.RemoveTemp(t.name)
+		t.ofs.upper.RemoveTemp(t.firstLinkLocked().name)
 		t.tmp = false
 	}
 }

@@ -21,7 +21,8 @@ func (n *node) xattrTarget() (lower.Member, string) {
 	if n.chain != nil {
 		return n.chain[0], ""
 	}
-	return n.parent, n.name
+	l := n.firstLinkLocked()
+	return l.dir, l.name
 }
 
 var _ = (fs.NodeGetxattrer)((*node)(nil))
@@ -35,6 +36,8 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	if attr == privs.CapabilityXattr && n.capGetxattr() {
 		return 0, syscall.ENODATA
 	}
+	n.locMu.RLock()
+	defer n.locMu.RUnlock()
 	d, name := n.xattrTarget()
 	v, err := d.Getxattr(name, attr)
 	if err != nil {
@@ -53,6 +56,8 @@ var _ = (fs.NodeListxattrer)((*node)(nil))
 // fs/overlayfs/xattrs.c ovl_can_list(); FUSE does not tell us the caller's
 // capabilities, so uid 0 stands for CAP_SYS_ADMIN).
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	n.locMu.RLock()
+	defer n.locMu.RUnlock()
 	d, name := n.xattrTarget()
 	names, err := d.Listxattr(name)
 	if err != nil {

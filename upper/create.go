@@ -298,30 +298,40 @@ func (l *Layer) Rename(od *lower.Dir, oname string, nd *lower.Dir, nname string,
 	return nil
 }
 
-// ClearWhiteouts empties the upper directory name in d of whiteouts, the
-// only entries a directory that looks empty through the mount can have.
-func (l *Layer) ClearWhiteouts(d *lower.Dir, name string) error {
-	sub, err := d.OpenDir(name)
-	if err != nil {
+// EmptyDir replaces the upper directory name in d, which looks empty
+// through the mount but may hold whiteouts, with an empty opaque one, in
+// one step: an empty opaque directory is built in the workdir and
+// exchanged with it (RENAME_EXCHANGE), and the old one, whiteouts and all,
+// removed from the workdir (Linux: ovl_clear_empty()). Removing the
+// whiteouts one by one in place would bring the names they hide back if
+// the daemon died half way.
+func (l *Layer) EmptyDir(d *lower.Dir, name string) error {
+	var st unix.Stat_t
+	if err := d.Stat(name, &st); err != nil {
 		return err
 	}
-	defer sub.Close()
-	ents, err := sub.ReadDirRaw()
-	if err != nil {
+	tmp := l.tmpName()
+	if err := unix.Mkdirat(l.wfd, tmp, 0o700); err != nil {
 		return err
 	}
-	for _, e := range ents {
-		var st unix.Stat_t
-		if sub.Stat(e.Name, &st) != nil {
-			continue
-		}
-		if lower.IsWhiteout(&st) || lower.IsWhiteoutName(e.Name) {
-			if err := sub.Do(func(fd int) error { return unix.Unlinkat(fd, e.Name, 0) }); err != nil {
-				return err
-			}
-		}
+	// The same directory as far as anyone can see: owner, mode, xattrs
+	// and times.
+	err := l.setMeta(tmp, Source{Dir: d, Name: name, Stat: st})
+	if err == nil {
+		err = l.SetOpaque(l.Work, tmp)
 	}
-	return nil
+	if err != nil {
+		removeAll(l.Work, tmp)
+		return err
+	}
+	err = d.Do(func(fd int) error {
+		return unix.Renameat2(l.wfd, tmp, fd, name, unix.RENAME_EXCHANGE)
+	})
+	if err != nil {
+		removeAll(l.Work, tmp)
+		return err
+	}
+	return removeAll(l.Work, tmp)
 }
 
 // SetRedirect records on the upper directory d where its lower instances

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/pkg/xattr"
 	"golang.org/x/sys/unix"
 
 	"github.com/goverlay/goverlay/lower"
@@ -596,30 +597,27 @@ func TestLink(t *testing.T) {
 	e.wantWorkEmpty(t)
 }
 
-func TestClearWhiteouts(t *testing.T) {
+func TestEmptyDir(t *testing.T) {
 	e := newEnv(t)
 	d := e.upper("d")
 	mkdir(t, d+"/sub")
 	mknod(t, d+"/kw1", unix.S_IFCHR, 0)
-	mknod(t, d+"/kw2", unix.S_IFCHR, 0)
 	writeFile(t, d+"/.wh.aw", "", 0o600)
-	writeFile(t, d+"/"+lower.OpaqueMarker, "", 0o600)
-	mknod(t, d+"/null", unix.S_IFCHR|0o666, unix.Mkdev(1, 3))
-	writeFile(t, d+"/keep", "", 0o600)
 	mknod(t, d+"/sub/kw", unix.S_IFCHR, 0)
-	if err := e.l.ClearWhiteouts(e.up.Root(), "d"); err != nil {
+	if err := e.l.EmptyDir(e.up.Root(), "d"); err != nil {
 		t.Fatal(err)
 	}
-	got := strings.Join(dirNames(t, d), ",")
-	if got != "keep,null,sub" {
-		t.Errorf("left %q, want keep,null,sub", got)
+	if got := dirNames(t, d); len(got) != 0 {
+		t.Errorf("left %q, want an empty directory", got)
 	}
-	if !isWhiteout(t, d+"/sub/kw") {
-		t.Errorf("ClearWhiteouts recursed into sub")
+	if v, err := xattr.Get(d, "trusted.overlay.opaque"); err != nil || string(v) != "y" {
+		t.Errorf("opaque: %q %v, want y", v, err)
 	}
-	if err := e.l.ClearWhiteouts(e.up.Root(), "missing"); !errors.Is(err, unix.ENOENT) {
+	e.wantWorkEmpty(t)
+	if err := e.l.EmptyDir(e.up.Root(), "missing"); !errors.Is(err, unix.ENOENT) {
 		t.Errorf("missing dir: %v", err)
 	}
+	e.wantWorkEmpty(t)
 }
 
 func TestSetRedirect(t *testing.T) {
@@ -710,8 +708,10 @@ func TestOperationsWithEvictedDirs(t *testing.T) {
 		t.Fatalf("SetOpaque: %v", err)
 	}
 	evict()
-	if err := e.l.ClearWhiteouts(a, "b"); err != nil {
-		t.Fatalf("ClearWhiteouts: %v", err)
+	mkdir(t, e.upper("a/e"))
+	mknod(t, e.upper("a/e/kw"), unix.S_IFCHR, 0)
+	if err := e.l.EmptyDir(a, "e"); err != nil {
+		t.Fatalf("EmptyDir: %v", err)
 	}
 	evict()
 	if over, err := Probe(c, "f"); over != OverNothing || !errors.Is(err, unix.EEXIST) {
@@ -721,8 +721,8 @@ func TestOperationsWithEvictedDirs(t *testing.T) {
 	if got := readFile(t, e.upper("a/b/c/f")); got != "F" {
 		t.Errorf("a/b/c/f = %q", got)
 	}
-	if got := strings.Join(dirNames(t, e.upper("a/b")), ","); got != "c,g" {
-		t.Errorf("a/b holds %q, want c,g (whiteouts cleared)", got)
+	if got := strings.Join(dirNames(t, e.upper("a/b")), ","); got != "c,g,new" {
+		t.Errorf("a/b holds %q, want c,g,new (new is the whiteout Remove left)", got)
 	}
 	xattrIs(t, e.upper("a/b/c"), lower.TrustedPrefix+"opaque", "y")
 	e.wantWorkEmpty(t)

@@ -29,10 +29,15 @@ type Config struct {
 	// Binary is the goverlay executable mounted as a subprocess for the
 	// goverlay targets; empty means os.Executable().
 	Binary string
-	// Targets and Workloads name what to run (see Usage); empty means all.
-	// A workload name also selects every workload it prefixes: "fstime"
-	// is all nine fstime phases, "fstime-1024" its three.
+	// Targets and Workloads name what to run (see Usage); empty means
+	// all targets and the default workloads. A workload name also selects
+	// every workload it prefixes: "fstime" is all nine fstime phases,
+	// "fstime-1024" its three; "default", "dircache" and "all" are
+	// groups.
 	Targets, Workloads []string
+	// Scale sizes the dircache workloads: 1 is their full 100,000 files
+	// and entries; 0 means DefaultScale.
+	Scale float64
 	// Duration is how long each timed phase runs (fstime phases, metadata,
 	// stat-deep, path-miss, untar).
 	Duration time.Duration
@@ -60,12 +65,13 @@ const (
 // ParseFlags reads the arguments that follow "bench". With -h or --help it
 // prints the usage to stdout and returns flag.ErrHelp.
 func ParseFlags(args []string) (Config, error) {
-	c := Config{Duration: DefaultDuration, Runs: DefaultRuns}
+	c := Config{Duration: DefaultDuration, Runs: DefaultRuns, Scale: DefaultScale}
 	fs := flag.NewFlagSet("goverlay bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	targets := fs.String("targets", "all", "")
-	workloads := fs.String("workloads", "all", "")
+	workloads := fs.String("workloads", groupDefault, "")
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "")
+	fs.Float64Var(&c.Scale, "scale", c.Scale, "")
 	fs.IntVar(&c.Runs, "runs", c.Runs, "")
 	fs.StringVar(&c.Dir, "dir", "", "")
 	fs.StringVar(&c.JSON, "json", "", "")
@@ -94,6 +100,9 @@ func ParseFlags(args []string) (Config, error) {
 	if c.Runs < 1 {
 		return c, fmt.Errorf("bench: --runs must be at least 1")
 	}
+	if !(c.Scale > 0 && c.Scale <= 10) {
+		return c, fmt.Errorf("bench: --scale must be above 0 and at most 10, as in --scale 1 for the full 100,000 files")
+	}
 	if c.Binary == "" {
 		if exe, err := os.Executable(); err == nil {
 			c.Binary = exe
@@ -114,11 +123,19 @@ kernel overlay.
 
 Options:
   --targets LIST     comma-separated targets, or "all" (default all)
-  --workloads LIST   comma-separated workloads or prefixes of them, or "all"
-                     (default all); "fstime" is its 9 phases, "fstime-1024"
-                     that configuration's write, read and copy
+  --workloads LIST   comma-separated workloads, prefixes of them or groups
+                     (default "default"); "fstime" is its 9 phases,
+                     "fstime-1024" that configuration's write, read and
+                     copy; groups: "default" (the ones marked [default]
+                     below), "dircache" (those marked [dircache]: the
+                     directory-cache workloads, only run when asked for),
+                     "all" (both)
   --duration D       how long each timed phase runs (default %v)
   --runs N           interleaved rounds (default %d)
+  --scale S          size of the dircache workloads relative to their
+                     full 100,000 files or entries (default %g: %s);
+                     --scale 1 is the full size, and takes longer than
+                     the whole default run
   --dir DIR          where the scratch tree goes (default %s); all layers
                      live on that filesystem
   --json FILE        write the whole report, every sample, as JSON
@@ -126,15 +143,22 @@ Options:
   --binary PATH      goverlay binary to mount (default this program)
 
 Targets:
-`, DefaultDuration, DefaultRuns, os.TempDir())
+`, DefaultDuration, DefaultRuns, DefaultScale, fmtNum(dcFullBig*DefaultScale), os.TempDir())
 	for _, t := range allTargets {
 		fmt.Fprintf(w, "  %-34s %s\n", t.name, t.desc)
 	}
 	fmt.Fprintf(w, "\nWorkloads:\n")
 	for _, wl := range allWorkloads {
-		fmt.Fprintf(w, "  %-34s %s (%s)\n", wl.name, wl.desc, wl.unit)
+		fmt.Fprintf(w, "  %-34s [%s] %s (%s)\n", wl.name, wl.group, wl.desc, wl.unit)
 	}
 	fmt.Fprintf(w, `
+The dircache workloads also report the FUSE requests that reached the
+daemon per 1000 ops: counted on the fuse:fuse_request_send tracepoint
+(perf_event_open, root) on every FUSE target, and from the daemon's own
+counters (goverlay stats: lookups, negative_lookups, getattrs) on the
+goverlay targets. With them selected, every target's layers get three more
+lowers (the dircache trees) below the shared one.
+
 A target that cannot run here (not root, not installed, mount fails) is
 reported as skipped with the reason. Ctrl-C unmounts everything and removes
 the scratch tree.
@@ -191,23 +215,25 @@ func expandTargets(names []string) ([]string, error) {
 	return out, nil
 }
 
-// expandWorkloads checks names, expands "all" and prefixes, and puts the
-// result in canonical order (fstime's read follows its write, as in fstime).
+// expandWorkloads checks names, expands groups ("default", "dircache",
+// "all") and prefixes, and puts the result in canonical order (fstime's
+// read follows its write, as in fstime). No names is the default group.
 func expandWorkloads(names []string) ([]string, error) {
 	if len(names) == 0 {
-		names = []string{"all"}
+		names = []string{groupDefault}
 	}
 	want := map[string]bool{}
 	for _, n := range names {
 		found := false
 		for _, w := range allWorkloads {
-			if n == "all" || w.name == n || strings.HasPrefix(w.name, n+"-") {
+			if n == "all" || w.group == n || w.name == n || strings.HasPrefix(w.name, n+"-") {
 				want[w.name] = true
 				found = true
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("bench: unknown workload %q; known: all, fstime, fstime-256, fstime-1024, fstime-4096, %s", n, strings.Join(workloadNames(), ", "))
+			return nil, fmt.Errorf("bench: unknown workload %q; known: all, %s, fstime, fstime-256, fstime-1024, fstime-4096, %s",
+				n, strings.Join(workloadGroups, ", "), strings.Join(workloadNames(), ", "))
 		}
 	}
 	var out []string
@@ -230,6 +256,9 @@ func Run(ctx context.Context, c Config) (rep *Report, err error) {
 	}
 	if c.Runs < 1 {
 		c.Runs = DefaultRuns
+	}
+	if c.Scale <= 0 {
+		c.Scale = DefaultScale
 	}
 	if c.Dir == "" {
 		c.Dir = os.TempDir()

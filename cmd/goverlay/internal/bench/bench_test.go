@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // builtBinary is ./cmd/goverlay, built once per test binary run.
@@ -66,11 +68,47 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Targets) != len(allTargets) || len(c.Workloads) != len(allWorkloads) {
-		t.Errorf("defaults: %d targets, %d workloads; want all", len(c.Targets), len(c.Workloads))
+	var defaults, dircache []string
+	for _, w := range allWorkloads {
+		switch w.group {
+		case groupDefault:
+			defaults = append(defaults, w.name)
+		case groupDircache:
+			dircache = append(dircache, w.name)
+		default:
+			t.Errorf("workload %s is in no group (%q)", w.name, w.group)
+		}
 	}
-	if c.Duration != DefaultDuration || c.Runs != DefaultRuns {
-		t.Errorf("defaults: duration %v runs %d", c.Duration, c.Runs)
+	if len(c.Targets) != len(allTargets) || strings.Join(c.Workloads, ",") != strings.Join(defaults, ",") {
+		t.Errorf("defaults: %d targets, workloads %v; want all targets and the default group", len(c.Targets), c.Workloads)
+	}
+	if len(defaults) != 14 || len(dircache) != 5 {
+		t.Errorf("groups: default %v, dircache %v", defaults, dircache)
+	}
+	if c.Duration != DefaultDuration || c.Runs != DefaultRuns || c.Scale != DefaultScale {
+		t.Errorf("defaults: duration %v runs %d scale %v", c.Duration, c.Runs, c.Scale)
+	}
+
+	// Groups: dircache alone, all is both, and "warm" is a prefix.
+	for args, want := range map[string][]string{
+		"dircache":           dircache,
+		"all":                append(append([]string(nil), defaults...), dircache...),
+		"warm,stat-deep":     {"stat-deep", "warm-stat", "warm-path-miss"},
+		"path-miss":          {"path-miss"},
+		"default,find-cold":  append(append([]string(nil), defaults...), "find-cold"),
+		"readdir-100k,untar": {"untar", "readdir-100k"},
+	} {
+		c, err := ParseFlags([]string{"--workloads", args, "--scale", "0.5"})
+		if err != nil {
+			t.Errorf("--workloads %s: %v", args, err)
+			continue
+		}
+		if strings.Join(c.Workloads, ",") != strings.Join(want, ",") {
+			t.Errorf("--workloads %s = %v, want %v", args, c.Workloads, want)
+		}
+		if c.Scale != 0.5 {
+			t.Errorf("--scale 0.5 = %v", c.Scale)
+		}
 	}
 
 	c, err = ParseFlags([]string{"--targets", "goverlay,native", "--workloads", "stat-deep,fstime-1024", "--duration", "3s", "--runs", "5", "--dir", "/x", "--json", "j", "--svg", "s"})
@@ -93,6 +131,9 @@ func TestParseFlags(t *testing.T) {
 		{"--workloads", "fstime-512"},
 		{"--duration", "0s"},
 		{"--runs", "0"},
+		{"--scale", "0"},
+		{"--scale", "-1"},
+		{"--scale", "NaN"},
 		{"extra"},
 		{"--no-such-flag"},
 	} {
@@ -358,4 +399,227 @@ func TestHelp(t *testing.T) {
 	if !strings.Contains(string(text), "--workloads") {
 		t.Errorf("--help printed:\n%s", text)
 	}
+}
+
+func TestDircacheLayout(t *testing.T) {
+	full := newDCLayout(1)
+	if full.treeFiles() != 100_000 || full.TreeDirs != 1000 || full.BigEntries != 100_000 || full.BigUpper != 2500 || full.Creates != 100_000 {
+		t.Errorf("full size: %+v", full)
+	}
+	if d := newDCLayout(DefaultScale); d.treeFiles() != 20_000 || d.BigEntries != 20_000 || d.Creates != 20_000 {
+		t.Errorf("default scale: %+v", d)
+	}
+
+	// The three layers and the upper share of a small layout hold every
+	// file once, and the native tree holds their union.
+	l := newDCLayout(0.02)
+	root := t.TempDir()
+	native := filepath.Join(root, "native")
+	if err := buildDircacheLayers(root, l, true, true, native); err != nil {
+		t.Fatal(err)
+	}
+	upper := filepath.Join(root, "upper")
+	if err := buildDCLayer(upper, l, -1, false, true); err != nil {
+		t.Fatal(err)
+	}
+	union := map[string]int{}
+	layers := []string{upper, dcLayerDir(root, 0), dcLayerDir(root, 1), dcLayerDir(root, 2)}
+	mergedDirs := 0
+	for _, layer := range layers {
+		filepath.WalkDir(layer, func(p string, d os.DirEntry, err error) error {
+			if err != nil {
+				t.Fatal(err)
+			}
+			rel, _ := filepath.Rel(layer, p)
+			if !d.IsDir() {
+				union[rel]++
+			}
+			return nil
+		})
+	}
+	for i := 0; i < l.TreeDirs; i++ {
+		n := 0
+		for _, layer := range layers[1:] {
+			if _, err := os.Stat(filepath.Join(layer, dcTreeDir, dcDirName(i))); err == nil {
+				n++
+			}
+		}
+		if n == dcLayers {
+			mergedDirs++
+		} else if n != 1 {
+			t.Errorf("tree directory %d is in %d layers", i, n)
+		}
+	}
+	if mergedDirs != (l.TreeDirs+dcMergedEvery-1)/dcMergedEvery {
+		t.Errorf("%d merged directories of %d", mergedDirs, l.TreeDirs)
+	}
+	if len(union) != l.treeFiles()+l.BigEntries {
+		t.Errorf("layers hold %d distinct files, want %d", len(union), l.treeFiles()+l.BigEntries)
+	}
+	for name, n := range union {
+		if n != 1 {
+			t.Errorf("%s is in %d layers", name, n)
+		}
+	}
+
+	// The walk and the readdir count what was built, on the native tree.
+	fd, err := sysOpen(filepath.Join(native, dcTreeDir), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := walkFd(context.Background(), fd, make([]byte, 4096)); err != nil || n != int64(l.treeEntries()) {
+		t.Errorf("walk: %d entries, %v; want %d", n, err, l.treeEntries())
+	}
+	// A small buffer takes several getdents calls.
+	if n, err := readdirCount(filepath.Join(native, dcBigDir), make([]byte, 1024), l.BigEntries); err != nil || n != l.BigEntries {
+		t.Errorf("readdir: %d, %v", n, err)
+	}
+	if _, err := readdirCount(filepath.Join(native, dcBigDir), make([]byte, 1024), l.BigEntries+1); err == nil {
+		t.Errorf("readdir: a wrong count is not an error")
+	}
+}
+
+func TestGoals(t *testing.T) {
+	zero, three := uint64(0), uint64(3)
+	r := &Report{
+		Targets: []*TargetStatus{{Name: "kernel"}, {Name: "native"}, {Name: "fuse-overlayfs"}, {Name: "goverlay"}, {Name: "goverlay-nopassthrough"}},
+		Results: []*Result{
+			{Workload: "stat-deep", Target: "kernel", HigherIsBetter: true, Samples: []float64{100}},
+			{Workload: "stat-deep", Target: "goverlay", HigherIsBetter: true, Samples: []float64{130}},
+			{Workload: "stat-deep", Target: "goverlay-nopassthrough", HigherIsBetter: true, Samples: []float64{110}},
+			{Workload: "path-miss", Target: "native", Samples: []float64{500}},
+			{Workload: "path-miss", Target: "goverlay", Samples: []float64{700}},
+			{Workload: "metadata", Target: "fuse-overlayfs", HigherIsBetter: true, Samples: []float64{1000}},
+			{Workload: "metadata", Target: "goverlay", HigherIsBetter: true, Samples: []float64{3000}},
+			{Workload: "warm-stat", Target: "goverlay", HigherIsBetter: true, Samples: []float64{1e6},
+				Requests: []ReqSample{{Ops: 1000, FuseRequests: &zero, Daemon: &DaemonRequests{}}}},
+			{Workload: "warm-path-miss", Target: "goverlay", HigherIsBetter: true, Samples: []float64{1e6},
+				Requests: []ReqSample{{Ops: 7000, FuseRequests: &three, FuseRequestsByType: map[string]uint64{"GETATTR": 3}}}},
+		},
+	}
+	r.finish()
+	got := map[string]bool{}
+	for _, g := range r.Goals {
+		got[g.Target+" "+g.Workload] = g.Met
+	}
+	want := map[string]bool{
+		"goverlay stat-deep": true, "goverlay-nopassthrough stat-deep": false,
+		"goverlay path-miss": false, "goverlay metadata": true,
+		"goverlay warm-stat": true, "goverlay warm-path-miss": false,
+	}
+	if len(got) != len(want) {
+		t.Errorf("goals: %+v", r.Goals)
+	}
+	for k, v := range want {
+		if m, ok := got[k]; !ok || m != v {
+			t.Errorf("goal %s: met %v (present %v), want %v", k, m, ok, v)
+		}
+	}
+	res := r.result("warm-path-miss", "goverlay")
+	if res.FuseReqsMedian == nil || *res.FuseReqsMedian != 3000.0/7000 || res.FuseReqsByTypeMed["GETATTR"] != *res.FuseReqsMedian {
+		t.Errorf("warm-path-miss requests: %v %v", res.FuseReqsMedian, res.FuseReqsByTypeMed)
+	}
+	var table bytes.Buffer
+	r.WriteTable(&table)
+	for _, s := range []string{"FUSE REQ/1000 OPS", "GETATTR 0.43", "Issue 5 goals", "missed"} {
+		if !strings.Contains(table.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, table.String())
+		}
+	}
+}
+
+// TestDircacheShortRun runs every dircache workload at a tiny scale on
+// native, the kernel overlay, fuse-overlayfs (when installed) and goverlay,
+// and checks that the output is well-formed. Nothing about timings or
+// request counts is asserted. find-cold drops the page cache, as it does
+// in a real run.
+func TestDircacheShortRun(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	bin := goverlayBinary(t)
+	scratch := t.TempDir()
+	var table bytes.Buffer
+	c := Config{
+		Binary:    bin,
+		Targets:   []string{"native", "kernel", "fuse-overlayfs", "goverlay"},
+		Workloads: []string{groupDircache},
+		Duration:  20 * time.Millisecond,
+		Runs:      1,
+		Scale:     0.002,
+		Dir:       scratch,
+		JSON:      filepath.Join(t.TempDir(), "bench.json"),
+		Out:       &table,
+	}
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, table.String())
+	}
+	t.Logf("table:\n%s", table.String())
+	ran := map[string]bool{}
+	for _, ts := range rep.Targets {
+		if ts.Status == "ok" {
+			ran[ts.Name] = true
+		} else if ts.Name != "fuse-overlayfs" {
+			t.Errorf("target %s: %s %s", ts.Name, ts.Status, ts.Reason)
+		}
+	}
+	tracing := !strings.HasPrefix(rep.RequestCounting, "unavailable")
+	if rep.RequestCounting == "" {
+		t.Errorf("no request counting method in the report")
+	}
+	for _, res := range rep.Results {
+		if !ran[res.Target] {
+			continue
+		}
+		if len(res.Samples) != 1 || len(res.Errors) > 0 || res.Samples[0] <= 0 {
+			t.Errorf("%s on %s: samples %v, errors %v", res.Workload, res.Target, res.Samples, res.Errors)
+		}
+		if !tableHasRow(table.String(), res.Workload, res.Target) {
+			t.Errorf("table has no row for %s on %s", res.Workload, res.Target)
+		}
+		fuse := res.Target == "goverlay" || res.Target == "fuse-overlayfs"
+		if fuse != (len(res.Requests) == 1) {
+			t.Errorf("%s on %s: requests %+v", res.Workload, res.Target, res.Requests)
+			continue
+		}
+		if !fuse {
+			continue
+		}
+		q := res.Requests[0]
+		if q.Ops <= 0 || (tracing && q.FuseRequests == nil) || (res.Target == "goverlay") != (q.Daemon != nil) {
+			t.Errorf("%s on %s: request sample %+v", res.Workload, res.Target, q)
+		}
+		if strings.HasPrefix(res.Workload, "warm-") && tracing && q.FuseRequestsByType == nil {
+			t.Errorf("%s on %s: no request types", res.Workload, res.Target)
+		}
+	}
+	for _, s := range []string{"FUSE REQ/1000 OPS", "DAEMON L+G/1000 OPS", "--scale 0.002", "Issue 5 goals"} {
+		if !strings.Contains(table.String(), s) {
+			t.Errorf("table lacks %q", s)
+		}
+	}
+	data, err := os.ReadFile(c.JSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parsed struct {
+		Config   struct{ Scale float64 } `json:"config"`
+		Dircache struct {
+			TreeDirs   int `json:"tree_dirs"`
+			BigEntries int `json:"big_entries"`
+		} `json:"dircache"`
+		Goals   []Goal `json:"goals"`
+		Results []struct {
+			Workload, Target string
+			Requests         []ReqSample `json:"requests"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(data, &parsed); err != nil {
+		t.Fatalf("JSON: %v", err)
+	}
+	if parsed.Config.Scale != 0.002 || parsed.Dircache.TreeDirs != 2 || parsed.Dircache.BigEntries != 200 || len(parsed.Goals) == 0 {
+		t.Errorf("JSON: scale %v, dircache %+v, goals %+v", parsed.Config.Scale, parsed.Dircache, parsed.Goals)
+	}
+	assertClean(t, scratch)
 }

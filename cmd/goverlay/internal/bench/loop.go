@@ -22,6 +22,15 @@ type bencher struct {
 	tarball []byte // the untar workload's archive, built once
 	prog    *progress
 
+	// The dircache workloads': their sizes, the three extra lower
+	// layers (built once, below lower in every target's stack; none when
+	// no workload walks or reads them), the native target's merged copy
+	// of them, and the FUSE request counter.
+	dc       dcLayout
+	dcLowers []string
+	dcNative string
+	tracer   *fuseTracer
+
 	targets   []*targetState
 	workloads []*workloadDef
 	results   map[[2]string]*Result // (workload, target)
@@ -85,6 +94,9 @@ func newBencher(ctx context.Context, c Config, cl *cleanups) (*bencher, error) {
 			return nil, fmt.Errorf("bench: build the tarball: %w", err)
 		}
 	}
+	if err := b.setupDircache(); err != nil {
+		return nil, err
+	}
 	b.rep.Machine.fill(c.Binary)
 	for _, ts := range b.targets {
 		if ts.skip == "" {
@@ -95,6 +107,48 @@ func newBencher(ctx context.Context, c Config, cl *cleanups) (*bencher, error) {
 	b.prog = newProgress(c.Progress, c.Runs*len(b.targets)*len(b.workloads))
 	cl.push(func() error { b.prog.finish(); return nil })
 	return b, nil
+}
+
+// setupDircache sizes the dircache workloads, builds their layers if a
+// selected workload needs them, and gets the FUSE request counter ready.
+func (b *bencher) setupDircache() error {
+	var any bool
+	for _, w := range b.workloads {
+		any = any || w.group == groupDircache
+	}
+	if !any {
+		return nil
+	}
+	b.dc = newDCLayout(b.cfg.Scale)
+	b.rep.Dircache = &b.dc
+	withTree, withBig := b.wants("find-cold"), b.wants("readdir-100k")
+	if withTree || withBig {
+		for i := 0; i < dcLayers; i++ {
+			b.dcLowers = append(b.dcLowers, dcLayerDir(b.root, i))
+		}
+		native := ""
+		for _, t := range b.targets {
+			if t.def.kind == kindNative && t.skip == "" {
+				b.dcNative = filepath.Join(b.root, "native-dc")
+				native = b.dcNative
+			}
+		}
+		if err := buildDircacheLayers(b.root, b.dc, withTree, withBig, native); err != nil {
+			return fmt.Errorf("bench: build the dircache layers: %w", err)
+		}
+	}
+	fuse := false
+	for _, t := range b.targets {
+		fuse = fuse || (t.skip == "" && (t.def.kind == kindGoverlay || t.def.kind == kindFuseOverlayfs))
+	}
+	if fuse {
+		b.tracer = newFuseTracer()
+		b.rep.RequestCounting = "fuse:fuse_request_send tracepoint (perf_event_open on every CPU, filtered on the mount's connection)"
+		if b.tracer.err != nil {
+			b.rep.RequestCounting = "unavailable: " + b.tracer.err.Error() + "; goverlay targets: daemon counters only"
+		}
+	}
+	return nil
 }
 
 func (b *bencher) wants(workload string) bool {
@@ -175,6 +229,9 @@ func (b *bencher) round(round int) {
 			r.Samples = append(r.Samples, s.value)
 			if s.getxattr != nil {
 				r.GetxattrPer1000Writes = append(r.GetxattrPer1000Writes, *s.getxattr)
+			}
+			if s.reqs != nil {
+				r.Requests = append(r.Requests, *s.reqs)
 			}
 		}
 	}

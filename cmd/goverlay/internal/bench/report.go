@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -33,6 +34,23 @@ type Report struct {
 	Targets   []*TargetStatus `json:"targets"`
 	Results   []*Result       `json:"results"`
 	Errors    []string        `json:"errors,omitempty"`
+	// Dircache is the size of the dircache workloads, when any ran.
+	Dircache *dcLayout `json:"dircache,omitempty"`
+	// RequestCounting says how the FUSE requests of the dircache
+	// workloads were counted on FUSE targets, or why they were not.
+	RequestCounting string `json:"request_counting,omitempty"`
+	// Goals are issue 5's targets, met or missed, for the goverlay
+	// targets, from the workloads that ran.
+	Goals []Goal `json:"goals,omitempty"`
+}
+
+// Goal is one of issue 5's targets for one goverlay target.
+type Goal struct {
+	Goal     string `json:"goal"`
+	Target   string `json:"target"`
+	Workload string `json:"workload"`
+	Value    string `json:"value"`
+	Met      bool   `json:"met"`
 }
 
 // ReportConfig is the Config as the report records it.
@@ -43,6 +61,7 @@ type ReportConfig struct {
 	Duration        string   `json:"duration"`
 	DurationSeconds float64  `json:"duration_seconds"`
 	Runs            int      `json:"runs"`
+	Scale           float64  `json:"scale"`
 	Dir             string   `json:"dir"`
 }
 
@@ -97,6 +116,47 @@ type Result struct {
 	// daemon's counters, one per sample.
 	GetxattrPer1000Writes []float64 `json:"getxattr_per_1000_writes,omitempty"`
 	GetxattrMedian        *float64  `json:"getxattr_per_1000_writes_median,omitempty"`
+	// Requests are, for the dircache workloads on FUSE targets, the
+	// requests that reached the daemon in each sample's timed part;
+	// the medians are per 1000 ops, from the tracepoint (FUSE) and from
+	// the daemon's counters (goverlay only).
+	Requests          []ReqSample        `json:"requests,omitempty"`
+	FuseReqsMedian    *float64           `json:"fuse_requests_per_1000_ops_median,omitempty"`
+	DaemonReqsMedian  *float64           `json:"daemon_requests_per_1000_ops_median,omitempty"`
+	FuseReqsByTypeMed map[string]float64 `json:"fuse_requests_by_type_per_1000_ops_median,omitempty"`
+}
+
+// ReqSample is what one sample's timed part sent the daemon.
+type ReqSample struct {
+	// Ops is the sample's count of operations (stats, entries, files).
+	Ops float64 `json:"ops"`
+	// FuseRequests counts fuse:fuse_request_send on the mount's
+	// connection; FuseRequestsByType splits it for warm-stat and
+	// warm-path-miss ("other": every type not counted on its own).
+	FuseRequests       *uint64           `json:"fuse_requests,omitempty"`
+	FuseRequestsByType map[string]uint64 `json:"fuse_requests_by_type,omitempty"`
+	// Daemon are goverlay's own counters' increase.
+	Daemon *DaemonRequests `json:"daemon,omitempty"`
+}
+
+// DaemonRequests are the request counters of `goverlay stats`: LOOKUPs
+// that found something, LOOKUPs that found nothing, GETATTRs.
+type DaemonRequests struct {
+	Lookups         uint64 `json:"lookups"`
+	NegativeLookups uint64 `json:"negative_lookups"`
+	Getattrs        uint64 `json:"getattrs"`
+}
+
+// total is every request the counters saw: overlay/lookup.go counts a
+// LOOKUP in lookups when it finds the name and in negative_lookups when
+// it does not, never in both.
+func (d DaemonRequests) total() uint64 { return d.Lookups + d.NegativeLookups + d.Getattrs }
+
+func per1000(n uint64, ops float64) float64 {
+	if ops <= 0 {
+		return 0
+	}
+	return float64(n) * 1000 / ops
 }
 
 func newReport(c Config) *Report {
@@ -104,7 +164,7 @@ func newReport(c Config) *Report {
 		Config: ReportConfig{
 			Binary: c.Binary, Targets: c.Targets, Workloads: c.Workloads,
 			Duration: c.Duration.String(), DurationSeconds: c.Duration.Seconds(),
-			Runs: c.Runs, Dir: c.Dir,
+			Runs: c.Runs, Scale: c.Scale, Dir: c.Dir,
 		},
 		Started: time.Now(),
 	}
@@ -151,9 +211,11 @@ func (r *Report) finish() {
 	}
 	for _, res := range r.Results {
 		res.Min, res.Median, res.Max, res.VsKernel, res.VsNoSecOff, res.GetxattrMedian = nil, nil, nil, nil, nil, nil
+		res.FuseReqsMedian, res.DaemonReqsMedian, res.FuseReqsByTypeMed = nil, nil, nil
 		if len(res.Samples) == 0 {
 			continue
 		}
+		res.summariseRequests()
 		lo, hi := math.Inf(1), math.Inf(-1)
 		for _, s := range res.Samples {
 			lo, hi = math.Min(lo, s), math.Max(hi, s)
@@ -173,6 +235,100 @@ func (r *Report) finish() {
 			res.VsNoSecOff = r.relative(res, "goverlay-nosec-off")
 		}
 	}
+	r.Goals = r.goals()
+}
+
+// summariseRequests computes the per-1000-ops medians of res.Requests.
+func (res *Result) summariseRequests() {
+	var fuse, daemon []float64
+	byType := map[string][]float64{}
+	typed := false
+	for _, q := range res.Requests {
+		if q.FuseRequests != nil {
+			fuse = append(fuse, per1000(*q.FuseRequests, q.Ops))
+		}
+		if q.Daemon != nil {
+			daemon = append(daemon, per1000(q.Daemon.total(), q.Ops))
+		}
+		if q.FuseRequestsByType != nil {
+			typed = true
+			for k := range q.FuseRequestsByType {
+				byType[k] = nil
+			}
+		}
+	}
+	if len(fuse) > 0 {
+		m := median(fuse)
+		res.FuseReqsMedian = &m
+	}
+	if len(daemon) > 0 {
+		m := median(daemon)
+		res.DaemonReqsMedian = &m
+	}
+	if typed {
+		// Empty when no request was sent at all.
+		res.FuseReqsByTypeMed = map[string]float64{}
+		for k := range byType {
+			var xs []float64
+			for _, q := range res.Requests {
+				if q.FuseRequestsByType != nil {
+					xs = append(xs, per1000(q.FuseRequestsByType[k], q.Ops))
+				}
+			}
+			res.FuseReqsByTypeMed[k] = median(xs)
+		}
+	}
+}
+
+// goals checks issue 5's targets on every goverlay target that has the
+// numbers: warm stats and warm PATH misses send no request; stat-deep at
+// least 1.2× the kernel overlay; fork+exec through PATH (path-miss) at most
+// 1.2× native's time; metadata and create-unlink-100k at least 3×
+// fuse-overlayfs.
+func (r *Report) goals() []Goal {
+	var out []Goal
+	for _, t := range r.Targets {
+		if !strings.HasPrefix(t.Name, "goverlay") {
+			continue
+		}
+		for _, w := range []string{"warm-stat", "warm-path-miss"} {
+			res := r.result(w, t.Name)
+			if res == nil {
+				continue
+			}
+			v, src := res.FuseReqsMedian, "FUSE requests"
+			if v == nil {
+				v, src = res.DaemonReqsMedian, "daemon lookups+getattrs"
+			}
+			if v == nil {
+				continue
+			}
+			out = append(out, Goal{Goal: w + ": 0 requests", Target: t.Name, Workload: w,
+				Value: fmt.Sprintf("%s %s per 1000 stats", fmtNum(*v), src), Met: *v == 0})
+		}
+		ratio := func(w, ref string) (float64, float64, bool) {
+			res, base := r.result(w, t.Name), r.result(w, ref)
+			if res == nil || base == nil || res.Median == nil || base.Median == nil || *base.Median == 0 {
+				return 0, 0, false
+			}
+			return *res.Median, *res.Median / *base.Median, true
+		}
+		if v, x, ok := ratio("stat-deep", "kernel"); ok {
+			out = append(out, Goal{Goal: "stat ≥ 1.2× kernel", Target: t.Name, Workload: "stat-deep",
+				Value: fmt.Sprintf("%s ops/s = %.2f× kernel", fmtNum(v), x), Met: x >= 1.2})
+		}
+		if v, x, ok := ratio("path-miss", "native"); ok {
+			out = append(out, Goal{Goal: "fork+execvp ≤ 1.2× native", Target: t.Name, Workload: "path-miss",
+				Value: fmt.Sprintf("%s µs = %.2f× native", fmtNum(v), x), Met: x <= 1.2})
+		}
+		for _, w := range []string{"metadata", "create-unlink-100k"} {
+			if v, x, ok := ratio(w, "fuse-overlayfs"); ok {
+				out = append(out, Goal{Goal: "metadata ≥ 3× fuse-overlayfs", Target: t.Name, Workload: w,
+					Value: fmt.Sprintf("%s ops/s = %.2f× fuse-overlayfs", fmtNum(v), x), Met: x >= 3})
+			}
+		}
+	}
+	return out
 }
 
 // ran reports whether target has at least one sample.
@@ -245,9 +401,33 @@ func (r *Report) writeTable(w io.Writer) {
 		fmt.Fprintf(w, "MIN/MEDIAN/MAX over the runs; VS %s = median relative to %s's, above 1 is faster (for µs: %s time / target time)\n\n", strings.ToUpper(ref), ref, ref)
 	}
 
+	if d := r.Dircache; d != nil {
+		fmt.Fprintf(w, "dircache workloads at --scale %g: find-cold %s files in %s directories, readdir-100k %s entries (%s in the upper), create-unlink-100k %s files\n",
+			d.Scale, fmtInt(d.treeFiles()), fmtInt(d.TreeDirs), fmtInt(d.BigEntries), fmtInt(d.BigUpper), fmtInt(d.Creates))
+	}
+	if r.RequestCounting != "" {
+		if strings.HasPrefix(r.RequestCounting, "unavailable") {
+			fmt.Fprintf(w, "FUSE REQ/1000 OPS: not counted, the request counter is %s\n", r.RequestCounting)
+		} else {
+			fmt.Fprintf(w, "FUSE REQ/1000 OPS: requests the kernel sent the daemon per 1000 ops (stats, entries, files), median; counted with the %s\n", r.RequestCounting)
+		}
+		fmt.Fprintf(w, "DAEMON L+G/1000 OPS: goverlay's own counters (lookups + negative_lookups + getattrs) per 1000 ops; lookups include those READDIRPLUS makes for each entry, so they can exceed the requests\n")
+	}
+	if r.Dircache != nil || r.RequestCounting != "" {
+		fmt.Fprintln(w)
+	}
+
+	withReqs := false
+	for _, res := range r.Results {
+		withReqs = withReqs || len(res.Requests) > 0
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := []string{"WORKLOAD", "TARGET", "MIN", "MEDIAN", "MAX", "UNIT", "VS " + strings.ToUpper(ref), "GETXATTR/1000 WRITES"}
 	right := []bool{false, false, true, true, true, false, true, true}
+	if withReqs {
+		header = append(header, "FUSE REQ/1000 OPS", "DAEMON L+G/1000 OPS")
+		right = append(right, true, true)
+	}
 	rows := [][]string{header}
 	var prev string
 	for _, res := range r.Results {
@@ -270,10 +450,62 @@ func (r *Report) writeTable(w io.Writer) {
 		if res.GetxattrMedian != nil {
 			row[7] = fmtNum(*res.GetxattrMedian)
 		}
+		if withReqs {
+			row = append(row, "-", "-")
+			if res.FuseReqsMedian != nil {
+				row[8] = fmtNum(*res.FuseReqsMedian)
+			}
+			if res.DaemonReqsMedian != nil {
+				row[9] = fmtNum(*res.DaemonReqsMedian)
+			}
+		}
 		rows = append(rows, row)
 	}
 	writeRows(tw, rows, right)
 	tw.Flush()
+
+	// The request types behind FUSE REQ/1000 OPS, where they were
+	// counted apart.
+	var types [][]string
+	for _, res := range r.Results {
+		if res.FuseReqsByTypeMed == nil {
+			continue
+		}
+		var parts []string
+		for _, k := range sortedKeys(res.FuseReqsByTypeMed) {
+			if v := res.FuseReqsByTypeMed[k]; v != 0 {
+				parts = append(parts, k+" "+fmtNum(v))
+			}
+		}
+		if len(parts) == 0 {
+			parts = []string{"none"}
+		}
+		if len(types) > 0 && types[len(types)-1][0] != res.Workload {
+			types = append(types, nil)
+		}
+		types = append(types, []string{res.Workload, res.Target, strings.Join(parts, ", ")})
+	}
+	if len(types) > 0 {
+		fmt.Fprintf(w, "\nFUSE requests by type, per 1000 ops (median over the runs)\n\n")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		writeRows(tw, append([][]string{{"WORKLOAD", "TARGET", "REQUESTS"}}, types...), nil)
+		tw.Flush()
+	}
+
+	if len(r.Goals) > 0 {
+		fmt.Fprintf(w, "\nIssue 5 goals (fast-exec directory cache), on the goverlay targets\n\n")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		grows := [][]string{{"GOAL", "TARGET", "WORKLOAD", "MEDIAN", "MET"}}
+		for _, g := range r.Goals {
+			met := "missed"
+			if g.Met {
+				met = "met"
+			}
+			grows = append(grows, []string{g.Goal, g.Target, g.Workload, g.Value, met})
+		}
+		writeRows(tw, grows, nil)
+		tw.Flush()
+	}
 
 	// goverlay against itself without NOSEC.
 	var cmp [][]string
@@ -336,6 +568,15 @@ func (r *Report) writeTable(w io.Writer) {
 	}
 }
 
+func sortedKeys(m map[string]float64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
 // writeRows writes rows through a tabwriter, padding the columns marked in
 // right on the left so that numbers line up on their last digit. A nil row
 // is a blank line that keeps the columns aligned.
@@ -361,6 +602,14 @@ func writeRows(w io.Writer, rows [][]string, right []bool) {
 		}
 		fmt.Fprintln(w, strings.Join(cells, "\t"))
 	}
+}
+
+// fmtInt prints a count, thousands separated.
+func fmtInt(n int) string {
+	if n < 1000 && n > -1000 {
+		return fmt.Sprint(n)
+	}
+	return fmtNum(float64(n))
 }
 
 // fmtNum prints a rate or a time with three or more significant digits,

@@ -113,6 +113,9 @@ type instance struct {
 	root string
 	dir  string
 	pid  int // goverlay's daemon
+	// conn is a FUSE target's connection number, for the request
+	// counter; 0 when there is none or no counter.
+	conn uint64
 }
 
 // setup makes fresh upper and work directories under dir and mounts the
@@ -132,14 +135,24 @@ func (t *targetDef) setup(ctx context.Context, b *bencher, dir string, cl *clean
 			return nil, fmt.Errorf("copy the lower into the native directory: %w", err)
 		}
 		inst.root = upperDir
+		if err := b.lendNativeDircache(upperDir, cl); err != nil {
+			return nil, err
+		}
 		return inst, prepareTarget(inst)
 	}
-	for _, p := range []string{b.lower, upperDir, work, mnt} {
+	for _, p := range append([]string{b.lower, upperDir, work, mnt}, b.dcLowers...) {
 		if strings.ContainsAny(p, ",:\\") {
 			return nil, fmt.Errorf("scratch path %s contains ',', ':' or '\\', which overlay options cannot carry; choose another --dir", p)
 		}
 	}
-	layers := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", b.lower, upperDir, work)
+	// The big directory's share of the upper layer.
+	if b.wants("readdir-100k") {
+		if err := buildDCLayer(upperDir, b.dc, -1, false, true); err != nil {
+			return nil, fmt.Errorf("fill the upper layer: %w", err)
+		}
+	}
+	lowers := strings.Join(append([]string{b.lower}, b.dcLowers...), ":")
+	layers := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lowers, upperDir, work)
 	// Unmount whatever ends up on mnt, even if the mount command failed
 	// half-way or was interrupted.
 	cl.push(func() error { return unmountAll(mnt) })
@@ -180,7 +193,32 @@ func (t *targetDef) setup(ctx context.Context, b *bencher, dir string, cl *clean
 	}
 	cl.push(func() error { return unmountAll(mnt) })
 	inst.root = mnt
+	if b.tracer != nil && b.tracer.err == nil && t.kind != kindKernel {
+		if inst.conn, err = fuseConnection(mnt); err != nil {
+			return nil, err
+		}
+	}
 	return inst, prepareTarget(inst)
+}
+
+// lendNativeDircache moves the native target's merged dircache trees
+// (built once; only read, or written and restored, by the workloads) into
+// its directory for the round, and back when the round ends.
+func (b *bencher) lendNativeDircache(upperDir string, cl *cleanups) error {
+	if b.dcNative == "" {
+		return nil
+	}
+	for _, name := range []string{dcTreeDir, dcBigDir} {
+		from, to := filepath.Join(b.dcNative, name), filepath.Join(upperDir, name)
+		if _, err := os.Lstat(from); err != nil {
+			continue // not built: no workload uses it
+		}
+		if err := os.Rename(from, to); err != nil {
+			return fmt.Errorf("move the dircache tree into the native directory: %w", err)
+		}
+		cl.push(func() error { return os.Rename(to, from) })
+	}
+	return nil
 }
 
 func (b *bencher) targetNote(target, note string) {

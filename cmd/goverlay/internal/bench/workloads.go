@@ -21,14 +21,28 @@ import (
 type workloadDef struct {
 	name, unit, desc string
 	higherIsBetter   bool
-	run              func(ctx context.Context, inst *instance, b *bencher) (sample, error)
+	// group is the workload's group: "default" or "dircache".
+	group string
+	run   func(ctx context.Context, inst *instance, b *bencher) (sample, error)
 }
+
+// The workload groups --workloads takes besides names and prefixes; "all"
+// is every group.
+const (
+	groupDefault  = "default"
+	groupDircache = "dircache"
+)
+
+var workloadGroups = []string{groupDefault, groupDircache}
 
 type sample struct {
 	value float64
 	// getxattr is GETXATTR(security.capability) per 1000 writes, for
 	// fstime write phases on goverlay targets.
 	getxattr *float64
+	// reqs are the FUSE requests of a dircache workload's timed part,
+	// on FUSE targets.
+	reqs *ReqSample
 }
 
 // fstimeConf is one of UnixBench's three "File Copy" configurations.
@@ -74,7 +88,7 @@ var allWorkloads = func() []*workloadDef {
 			},
 		)
 	}
-	return append(ws,
+	ws = append(ws,
 		&workloadDef{name: "metadata", unit: "ops/s", higherIsBetter: true,
 			desc: fmt.Sprintf("create, stat, unlink %d empty files in a lower directory, in batches", metaBatch),
 			run: func(ctx context.Context, inst *instance, b *bencher) (sample, error) {
@@ -106,6 +120,35 @@ var allWorkloads = func() []*workloadDef {
 				return sample{value: v}, err
 			}},
 	)
+	for _, w := range ws {
+		w.group = groupDefault
+	}
+	// The dircache group comes last, find-cold first in it, so that its
+	// cache drops come after every default workload of the round.
+	full := newDCLayout(1)
+	dc := []*workloadDef{
+		{name: "find-cold", unit: "entries/s", higherIsBetter: true,
+			desc: fmt.Sprintf("drop caches (root), then walk %s files in %s directories spread over 3 lowers (getdents64, lstat of each entry)",
+				fmtNum(float64(full.treeFiles())), fmtNum(float64(full.TreeDirs))),
+			run: findCold},
+		{name: "readdir-100k", unit: "entries/s", higherIsBetter: true,
+			desc: fmt.Sprintf("warm readdir (getdents64, names only) of one directory of %s entries merged from 3 lowers and the upper",
+				fmtNum(dcFullBig)),
+			run: readdirBig},
+		{name: "create-unlink-100k", unit: "ops/s", higherIsBetter: true,
+			desc: fmt.Sprintf("create then unlink %s empty files in a fresh directory (each phase stops after %v)", fmtNum(dcFullCreates), createUnlinkCap),
+			run:  createUnlink},
+		{name: "warm-stat", unit: "ops/s", higherIsBetter: true,
+			desc: fmt.Sprintf("%d warm stat() of %s; counts the FUSE requests", warmOps, deepPath),
+			run:  warmStat},
+		{name: "warm-path-miss", unit: "ops/s", higherIsBetter: true,
+			desc: fmt.Sprintf("%d warm stat() of a missing name in each of the 7 PATH directories; counts the FUSE requests", warmOps),
+			run:  warmPathMiss},
+	}
+	for _, w := range dc {
+		w.group = groupDircache
+	}
+	return append(ws, dc...)
 }()
 
 func findWorkload(name string) *workloadDef {

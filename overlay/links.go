@@ -1,0 +1,128 @@
+package overlay
+
+import (
+	"sync"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/lower"
+)
+
+// link is one name of a non-directory: the directory that holds it, in
+// the topmost layer that has the file, and the name there.
+type link struct {
+	dir  lower.Member
+	name string
+}
+
+// firstLinkLocked is the name operations use.
+//
+// Preconditions: n.mu is held.
+func (n *node) firstLinkLocked() link {
+	if len(n.links) == 0 {
+		return link{}
+	}
+	return n.links[0]
+}
+
+// addLink records another name of n.
+func (n *node) addLink(d lower.Member, name string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, l := range n.links {
+		if l.dir.Dir == d.Dir && l.name == name {
+			return
+		}
+	}
+	n.links = append(n.links, link{d, name})
+}
+
+// removeLink forgets a name of n that is gone. The last one is kept: open
+// handles and the kernel may still use the node, and the name is as good
+// an answer (ENOENT) as any; but the node no longer stands for the file
+// (unlinked), whose inode number the filesystem may give to a new one.
+func (n *node) removeLink(d *lower.Dir, name string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i, l := range n.links {
+		if l.dir.Dir == d && l.name == name {
+			if len(n.links) == 1 {
+				n.unlinked = true
+				return
+			}
+			n.links = append(n.links[:i:i], n.links[i+1:]...)
+			return
+		}
+	}
+}
+
+// replaceLinkLocked renames one name of n.
+//
+// Preconditions: n.mu is held.
+func (n *node) replaceLinkLocked(from *lower.Dir, fromName string, to lower.Member, name string) {
+	for i, l := range n.links {
+		if l.dir.Dir == from && l.name == fromName {
+			n.links[i] = link{to, name}
+			return
+		}
+	}
+	// Not known by that name (a name the kernel found first): it is the
+	// name now.
+	n.links = append([]link{{to, name}}, n.links...)
+}
+
+// upperFiles finds the node of an upper file the kernel knows, so that a
+// lookup of another hard link of it gets the same node.
+type upperFiles struct {
+	mu    sync.Mutex
+	nodes map[devIno]*node
+}
+
+// knownUpperFile returns the live node of the upper file e, if the kernel
+// knows one. A node whose file was removed (its inode number may now be a
+// new file's) does not count; then sa gets a generation its node does not
+// have, so that go-fuse, which finds nodes by (Ino, Gen), does not take
+// the new file for the old one.
+func (f *FS) knownUpperFile(e *lower.Entry, sa *fs.StableAttr) *node {
+	f.upperFiles.mu.Lock()
+	x := f.upperFiles.nodes[devIno{e.Stat.Dev, e.Stat.Ino}]
+	f.upperFiles.mu.Unlock()
+	if x == nil || x.Forgotten() || x.StableAttr().Ino != sa.Ino {
+		return nil
+	}
+	x.mu.Lock()
+	gone := x.unlinked
+	x.mu.Unlock()
+	if gone {
+		sa.Gen = x.StableAttr().Gen + 1
+		return nil
+	}
+	return x
+}
+
+// registerUpperFile records n as the node of the upper file st.
+func (f *FS) registerUpperFile(n *node, st *unix.Stat_t) {
+	k := devIno{st.Dev, st.Ino}
+	f.upperFiles.mu.Lock()
+	defer f.upperFiles.mu.Unlock()
+	if f.upperFiles.nodes == nil {
+		f.upperFiles.nodes = make(map[devIno]*node)
+	}
+	n.mu.Lock()
+	n.key = k
+	n.mu.Unlock()
+	f.upperFiles.nodes[k] = n
+}
+
+// forgetUpperFile drops n when the kernel forgets it.
+func (f *FS) forgetUpperFile(n *node) {
+	n.mu.Lock()
+	k := n.key
+	n.mu.Unlock()
+	f.upperFiles.mu.Lock()
+	defer f.upperFiles.mu.Unlock()
+	if f.upperFiles.nodes[k] == n {
+		delete(f.upperFiles.nodes, k)
+	}
+}
