@@ -39,6 +39,9 @@ type Options struct {
 	Passthrough bool
 	// NoACL turns off POSIX ACL enforcement (-o noacl).
 	NoACL bool
+	// StaticNlink reports a link count of 1 for every directory, which
+	// saves counting subdirectories (-o static_nlink, fuse-overlayfs).
+	StaticNlink bool
 	// Owners maps or squashes file owners (uidmapping=, gidmapping=,
 	// squash_to_uid=, squash_to_gid=, squash_to_root); the zero value
 	// shows them as they are on disk.

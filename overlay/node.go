@@ -217,7 +217,7 @@ func (n *node) fillAttr(st *unix.Stat_t, out *fuse.Attr) {
 	if tmp && out.Nlink > 0 {
 		out.Nlink-- // the workdir's name is not a name
 	}
-	if n.isDir() && layers > 1 {
+	if n.isDir() && (layers > 1 || n.ofs.opts.StaticNlink) {
 		// Counting subdirectories across layers is not worth it;
 		// nlink=1 pacifies find(1) (Linux: ovl_getattr()).
 		out.Nlink = 1

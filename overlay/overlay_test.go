@@ -134,3 +134,23 @@ func errorsIsNotDir(err error) bool {
 	pe, ok := err.(*os.PathError)
 	return ok && pe.Err == syscall.ENOTDIR
 }
+
+func TestStaticNlink(t *testing.T) {
+	lo := t.TempDir()
+	write(t, lo+"/d/a/x", "x")
+	write(t, lo+"/d/b/x", "x")
+	for _, static := range []bool{false, true} {
+		mnt := mountT(t, Options{Lower: []string{lo}, StaticNlink: static})
+		var st syscall.Stat_t
+		if err := syscall.Stat(mnt+"/d", &st); err != nil {
+			t.Fatal(err)
+		}
+		want := uint64(4) // ., .., a, b: a directory of one layer keeps its count
+		if static {
+			want = 1
+		}
+		if uint64(st.Nlink) != want {
+			t.Errorf("static_nlink=%v: nlink %d, want %d", static, st.Nlink, want)
+		}
+	}
+}

@@ -26,6 +26,7 @@ type config struct {
 	RedirectDirOff bool           // redirect_dir=off|follow|nofollow
 	Owners         overlay.Owners // uid/gid mapping and squashing
 	squashRoot     bool
+	StaticNlink    bool
 	AllowOther     bool     // asked for explicitly; root gets it anyway
 	ReadOnly       bool     // "ro" among KernelOptions
 	KernelOptions  []string // resolved mount flags, see resolveFlags

@@ -138,6 +138,7 @@ func overlayOptions(cfg *config, euid int, logger *log.Logger) overlay.Options {
 		NoACL:          cfg.NoACL,
 		RedirectDirOff: cfg.RedirectDirOff,
 		Owners:         cfg.Owners,
+		StaticNlink:    cfg.StaticNlink,
 		FsName:         cfg.FsName,
 		// As root, other users (a container's) must get in; as
 		// fuse-overlayfs does, root always mounts with allow_other.

@@ -67,6 +67,7 @@ var optionTable = []optionInfo{
 	{"nosec", "inherit|on|off", optSupported, "let the kernel skip the security.capability check on writes: inherit (default) when the upper filesystem is local, on, or off"},
 	{"passthrough", "on|off", optSupported, "on (default): the kernel reads and writes files of the upper layer directly (FUSE passthrough; Linux 6.9+, root); off: every read and write goes through goverlay"},
 	{"noacl", "", optSupported, "do not enforce POSIX ACLs (fuse-overlayfs)"},
+	{"static_nlink", "", optSupported, "report a link count of 1 for every directory (fuse-overlayfs); merged directories always report 1, like the kernel overlay's"},
 	{"uidmapping", "ID:HOSTID:LEN[:...]", optSupported, "owners ID..ID+LEN-1 on disk are shown as HOSTID..; new files and chown map back; unmapped ids show as the overflow uid (fuse-overlayfs; containers/storage passes it)"},
 	{"gidmapping", "ID:HOSTID:LEN[:...]", optSupported, "the same for groups"},
 	{"squash_to_root", "", optSupported, "show every file as owned by 0:0; chown succeeds and changes nothing (fuse-overlayfs)"},
@@ -93,7 +94,6 @@ var optionTable = []optionInfo{
 
 	{"subtype", "NAME", optIgnored, "the type is always fuse.goverlay"},
 
-	{"static_nlink", "", optNotYet, "report a link count of 1 for directories (fuse-overlayfs)"},
 	{"xattr_permissions", "0|1|2", optNotYet, "keep owners and modes in an xattr; containers/storage force_mask (fuse-overlayfs)"},
 	{"threaded", "0|1", optNotYet, "threading mode (fuse-overlayfs)"},
 	{"writeback", "0|1", optNotYet, "kernel writeback cache (fuse-overlayfs)"},
@@ -239,6 +239,8 @@ func (st *optState) set(key, raw string) error {
 		}
 	case "noacl":
 		c.NoACL = true
+	case "static_nlink":
+		c.StaticNlink = true
 	case "uidmapping", "gidmapping":
 		m, err := overlay.ParseIDMaps(unescape(raw))
 		if err != nil {

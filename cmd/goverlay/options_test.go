@@ -93,8 +93,8 @@ func TestParseArgs(t *testing.T) {
 		{"unknown option warned once", []string{"-o", "lowerdir=/a,bogus,bogus=1", "/m"}, func(c *config) string {
 			return diff(c.Warnings, []string{`unknown option "bogus" ignored`})
 		}},
-		{"not implemented warned once each", []string{"-o", "lowerdir=/a,static_nlink,xattr_permissions=2,static_nlink", "/m"}, func(c *config) string {
-			return diff(c.Warnings, []string{`option "static_nlink" is not implemented yet, ignored`, `option "xattr_permissions" is not implemented yet, ignored`})
+		{"not implemented warned once each", []string{"-o", "lowerdir=/a,xattr_permissions=2,threaded=1,xattr_permissions=1", "/m"}, func(c *config) string {
+			return diff(c.Warnings, []string{`option "xattr_permissions" is not implemented yet, ignored`, `option "threaded" is not implemented yet, ignored`})
 		}},
 		{"id mappings", []string{"-o", "lowerdir=/a,uidmapping=0:100000:65536:65536:1:1,gidmapping=0:200000:10", "/m"}, func(c *config) string {
 			return diff(len(c.Owners.UIDs), 2, c.Owners.UIDs[1].Disk, uint32(65536), c.Owners.UIDs[1].Shown, uint32(1), c.Owners.GIDs[0].Shown, uint32(200000))
