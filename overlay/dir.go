@@ -21,10 +21,11 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	if errno := d.load(); errno != 0 {
 		return nil, 0, errno
 	}
-	// The kernel may keep the listing across opens: every change of the
-	// directory through the mount makes it drop it (fuse_dir_changed()),
-	// and nothing else changes it.
-	return d, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
+	// Not FOPEN_CACHE_DIR: the cached listing pins the directory's inode
+	// in the kernel past `echo 2 > drop_caches`, and with it the node and
+	// its fds (tests/reliability TestNoGrowth). A warm readdir therefore
+	// reaches the daemon (docs/BENCHMARKS.md, readdir-100k).
+	return d, 0, 0
 }
 
 // dirHandle is one open merged directory.

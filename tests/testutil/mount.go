@@ -64,64 +64,7 @@ type Mounted struct {
 // exit 0 within DaemonExitTimeout, and nothing may be left mounted.
 func Mount(t testing.TB, o Options) *Mounted {
 	t.Helper()
-	RequireRoot(t)
-	bin := Binary(t)
-	LeakCheck(t)
-	base := t.TempDir()
-	m := &Mounted{
-		Dir:     filepath.Join(base, "mnt"),
-		OutFile: filepath.Join(base, "mount.out"),
-	}
-	if err := os.Mkdir(m.Dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	pidfile := filepath.Join(base, "daemon.pid")
-	args := []string{"-o", o.OptString(), "--pidfile", pidfile}
-	if SupportsFlag(t, "--log") {
-		m.LogFile = filepath.Join(base, "daemon.log")
-		args = append(args, "--log", m.LogFile)
-	}
-	args = append(args, o.Extra...)
-	args = append(args, m.Dir)
-
-	trackMount(m.Dir)
-	t.Cleanup(func() { m.finish(t, true, false) })
-
-	out, err := os.Create(m.OutFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), mountTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	// A file, not a pipe: the daemon may inherit it, and Run must not
-	// wait for the daemon to close it.
-	cmd.Stdout, cmd.Stderr = out, out
-	// Data races found by the race-enabled daemon go to files we show.
-	cmd.Env = append(os.Environ(), "GORACE=log_path="+filepath.Join(base, "race"))
-	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (no return within %v)", err, mountTimeout)
-		}
-		if !m.adoptPidfile(t, pidfile) {
-			// A daemon may be running without having written
-			// its PID: watch it so the cleanup stops it.
-			if pids := FindProcs(bin, m.Dir); len(pids) == 1 {
-				if p, err := Track(pids[0], t.Name()); err == nil {
-					m.PID, m.proc = pids[0], p
-				}
-			}
-		}
-		t.Fatalf("goverlay %s: %v\n%s", strings.Join(args, " "), err, m.logs())
-	}
-	if !m.adoptPidfile(t, pidfile) {
-		t.Fatalf("goverlay returned 0 but wrote no PID to --pidfile %s\n%s", pidfile, m.logs())
-	}
-	if !IsMounted(m.Dir) {
-		t.Fatalf("goverlay returned 0 but %s is not in /proc/self/mountinfo\n%s", m.Dir, m.logs())
-	}
-	return m
+	return MountWith(t, o, MountConfig{})
 }
 
 // adoptPidfile reads the daemon's PID and starts watching it.

@@ -34,8 +34,10 @@ type MountConfig struct {
 }
 
 // MountWith is Mount with the daemon's environment or a wrapper command
-// changed; everything else (the readiness handshake, --pidfile, --log,
-// the checks at the end of the test) is Mount's. The race-enabled
+// changed. It makes a mountpoint under t.TempDir() and runs the binary;
+// the readiness handshake is the command returning 0, the daemon's PID
+// comes from --pidfile, and when the test ends the mount is unmounted,
+// the daemon must exit 0 and nothing may be left mounted. The race-enabled
 // binary's one-second sleep at exit (GORACE atexit_sleep_ms) is turned
 // off, in the mount command that exits once the mount is live and in the
 // daemon: tests that mount hundreds of times would spend minutes in it.
@@ -77,6 +79,9 @@ func MountWith(t testing.TB, o Options, c MountConfig) *Mounted {
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(append(os.Environ(), "GORACE=log_path="+filepath.Join(base, "race")+" atexit_sleep_ms=0"), c.Env...)
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (no return within %v)", err, mountTimeout)
+		}
 		if !m.adoptPidfile(t, pidfile) {
 			if pids := FindProcs(bin, m.Dir); len(pids) == 1 {
 				if p, err := Track(pids[0], t.Name()); err == nil {
