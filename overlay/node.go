@@ -87,11 +87,11 @@ func (n *node) newChild(ctx context.Context, name string, e *lower.Entry) *fs.In
 
 // newChildAs is newChild with the identity already known.
 func (n *node) newChildAs(ctx context.Context, name string, e *lower.Entry, sa fs.StableAttr) *fs.Inode {
-	if old := n.GetChild(name); old != nil && old.StableAttr() == sa {
-		// Already known: keep the node (and its fds) the kernel has.
-		e.Chain.Close()
-		return old
-	}
+	// A node the kernel already knows for this identity is not looked
+	// for here: it may be in the middle of being forgotten (OnForget
+	// closing its fds), and only go-fuse can tell that race apart. It
+	// keeps the node it knows and drops ours, whose fds the runtime
+	// cleanup below then closes.
 	if !e.IsDir() && e.Parent.Layer.Upper {
 		// A hard link of an upper file the kernel already knows
 		// under another name: the same node, one name more.
