@@ -55,6 +55,11 @@ func (n *node) removeLink(d *lower.Dir, name string) {
 			return
 		}
 	}
+	if len(n.links) == 1 {
+		// A file of a lower layer, located in its own layer: the name
+		// removed from the upper (a whiteout now) was its only one.
+		n.unlinked = true
+	}
 }
 
 // replaceLinkLocked renames one name of n.
