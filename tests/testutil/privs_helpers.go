@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/goverlay/goverlay/overlay"
 )
 
 // TestUserName is the unprivileged user tests run writers as.
@@ -54,24 +56,9 @@ func OpenUp(t testing.TB, dir string) {
 	}
 }
 
-// Stats is what `goverlay stats --json MOUNTPOINT` prints.
-type Stats struct {
-	Mountpoint        string `json:"mountpoint"`
-	PID               int    `json:"pid"`
-	NoSec             bool   `json:"nosec"`
-	NoSecReason       string `json:"nosec_reason"`
-	CapGetxattr       uint64 `json:"getxattr_security_capability"`
-	CapGetxattrCached uint64 `json:"getxattr_security_capability_cached"`
-	PrivChecks        uint64 `json:"priv_checks"`
-	PrivSkipped       uint64 `json:"priv_checks_skipped"`
-	KilledSuid        uint64 `json:"killed_suid"`
-	KilledSgid        uint64 `json:"killed_sgid"`
-	KilledCaps        uint64 `json:"killed_caps"`
-	CopyUps           uint64 `json:"copy_ups"`
-	Whiteouts         uint64 `json:"whiteouts"`
-	OpensPassthrough  uint64 `json:"opens_passthrough"`
-	OpensCached       uint64 `json:"opens_cached"`
-}
+// Stats is what `goverlay stats --json MOUNTPOINT` prints: the daemon's
+// own type, decoded from the command's output.
+type Stats = overlay.Stats
 
 // ReadStats runs `goverlay stats --json` on the mount and decodes it; the
 // keys the test relies on must all be present.
