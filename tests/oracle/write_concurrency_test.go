@@ -39,7 +39,7 @@ func overlays(t *testing.T, sc wscenario, fn func(t *testing.T, kernel bool, mnt
 				return
 			}
 			g := st.goverlay(t)
-			fn(t, false, g.Dir, func() wstack { g.Unmount(t); workEmpty(t, st.work); return st })
+			fn(t, false, g.Dir, func() wstack { g.Unmount(t); testutil.WorkEmpty(t, st.work); return st })
 		})
 	}
 }
@@ -210,7 +210,7 @@ func TestWriteConcurrentCopyUp(t *testing.T) {
 	claim(t, kt["t/p0/q1/f0"].UID == 55 && kt["t/p0/q0/f1"].Mode == 0o600 && kt["t/p1/q2"].UID == 101, "kernel view")
 	compareW(t, "merged views", kt, gt, testutil.DiffOptions{A: "kernel", B: "goverlay"})
 	g.Unmount(t)
-	workEmpty(t, gs.work)
+	testutil.WorkEmpty(t, gs.work)
 	kraw := testutil.UpperLayout(t, ks.upper)
 	kl, gl := normTimes(layoutOf(t, ks.upper), since, true), normTimes(layoutOf(t, gs.upper), since, true)
 	xattrBlocks(t, ks.upper, kraw, kl, gl)

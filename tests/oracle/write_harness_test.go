@@ -282,23 +282,6 @@ func compareW(t testing.TB, what string, a, b testutil.Tree, o testutil.DiffOpti
 	}
 }
 
-// workEmpty fails t unless the overlay left nothing in workdir/work.
-func workEmpty(t testing.TB, work string) {
-	t.Helper()
-	ents, err := os.ReadDir(filepath.Join(work, "work"))
-	if err != nil {
-		t.Errorf("workdir: %v", err)
-		return
-	}
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
-	}
-	if len(names) > 0 {
-		t.Errorf("%s/work holds %q after a clean unmount", work, names)
-	}
-}
-
 // sameBinary builds the goverlay binary before any subtest starts. The
 // harness's leak check reads the binary's path at the end of every test
 // that mounted anything, without synchronisation: a subtest that mounts
@@ -350,7 +333,7 @@ func directionA(t *testing.T, sc wscenario) {
 	verifyOn(t, sc, "goverlay", g.Dir)
 
 	g.Unmount(t)
-	workEmpty(t, gs.work)
+	testutil.WorkEmpty(t, gs.work)
 	kl, gl := normTimes(layoutOf(t, ks.upper), since, false), normTimes(layoutOf(t, gs.upper), since, false)
 	xattrBlocks(t, ks.upper, kraw, kl, gl)
 	compareW(t, "upper layers after the script", kl, gl,

@@ -508,7 +508,7 @@ func crashRound(t *testing.T, cl *crashLower, delay time.Duration) {
 
 	t0 := time.Now()
 	m2 := mountG(t, s)
-	workEmpty(t, s.work)
+	testutil.WorkEmpty(t, s.work)
 	if stray := strayTemps(t, s.upper); len(stray) > 0 {
 		t.Errorf("temporary files published in the upper layer: %q", stray)
 	}
@@ -520,7 +520,7 @@ func crashRound(t *testing.T, cl *crashLower, delay time.Duration) {
 		reportDiff(t, "merged view after the crash and a remount", bad)
 	}
 	m2.Unmount(t)
-	workEmpty(t, s.work)
+	testutil.WorkEmpty(t, s.work)
 
 	// The kernel overlay reads the same upper layer the same way.
 	kmnt := mountK(t, s)

@@ -245,7 +245,7 @@ wait:
 	}
 
 	m2 := mountG(t, gs)
-	workEmpty(t, gs.work)
+	testutil.WorkEmpty(t, gs.work)
 	if stray := strayTemps(t, gs.upper); len(stray) > 0 {
 		t.Errorf("temporary files published in the upper layer: %q", stray)
 	}

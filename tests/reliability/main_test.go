@@ -180,23 +180,6 @@ func reportDiff(t testing.TB, what string, d []string) {
 	t.Errorf("%s: %d difference(s):\n  %s", what, len(d), strings.Join(shown, "\n  "))
 }
 
-// workEmpty fails t unless work/work holds nothing.
-func workEmpty(t testing.TB, work string) {
-	t.Helper()
-	ents, err := os.ReadDir(filepath.Join(work, "work"))
-	if err != nil {
-		t.Errorf("workdir: %v", err)
-		return
-	}
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
-	}
-	if len(names) > 0 {
-		t.Errorf("%s/work holds %q", work, names)
-	}
-}
-
 // strayTemps lists the entries of the upper layer whose name starts with
 // "#": the workdir's temporary names, which must never be published.
 func strayTemps(t testing.TB, upper string) []string {

@@ -246,7 +246,7 @@ func stressRun(t *testing.T, seed int64, env []string) {
 	}
 	live := testutil.Snapshot(t, m.Dir)
 	m.Unmount(t)
-	workEmpty(t, s.work)
+	testutil.WorkEmpty(t, s.work)
 
 	again := mountG(t, s)
 	remount := testutil.Snapshot(t, again.Dir)
