@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -21,8 +22,22 @@ type Layer struct {
 	Dev uint64
 	// Upper is set for the writable layer.
 	Upper bool
+	// Counters counts what lookups asked of the layer.
+	Counters Counters
 
 	root *Dir
+}
+
+// Counters counts, for one layer, how lookups got their answers.
+type Counters struct {
+	// Answered counts names a lookup settled from the layer's cached
+	// listings without a system call: absent, a whiteout, or hidden by a
+	// ".wh.NAME" entry.
+	Answered atomic.Uint64
+	// Asked counts names a lookup asked the layer for (fstatat).
+	Asked atomic.Uint64
+	// ListingsRead counts directories of the layer read into a listing.
+	ListingsRead atomic.Uint64
 }
 
 // OpenLayer opens the root of a layer. The directory fd it keeps is the
@@ -71,6 +86,14 @@ type Dir struct {
 	pins     int
 	dead     bool
 	lru      *list.Element // in the fd cache while open and unpinned
+
+	// The directory's listing, in a read-only layer (listing.go).
+	ls     atomic.Pointer[listing]
+	lsMu   sync.Mutex // held while reading the listing
+	lsDead bool       // closed: cache no listing; guarded by listingCache.mu
+	// lsNoCache: the listing was too big to cache; do not read it again
+	// for lookups.
+	lsNoCache atomic.Bool
 }
 
 // NewDir wraps an fd of a directory in layer l; the Dir owns the fd and
@@ -200,6 +223,7 @@ func (d *Dir) Close() error {
 	if d.lru != nil {
 		fdCache.remove(d)
 	}
+	listingCache.drop(d)
 	if d.fd < 0 || d.pins > 0 {
 		return nil // the last release closes it
 	}

@@ -71,6 +71,10 @@ func (e *Entry) IsDir() bool { return e.Stat.Mode&unix.S_IFMT == unix.S_IFDIR }
 //
 // It returns unix.ENOENT when the name is absent or whited out.
 func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
+	if len(name) > unix.NAME_MAX {
+		// As the layer would answer, listing or not.
+		return nil, unix.ENAMETOOLONG
+	}
 	var e *Entry
 	cur, curName := c, name
 	var walked []Chain // directories opened for absolute redirects
@@ -83,12 +87,32 @@ func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
 			}
 		}
 	}()
+	own := true // cur is c, whose members' listings are worth reading
 	for k := 0; k < len(cur); k++ {
 		m := cur[k]
+		var ls *listing
+		if own {
+			ls = m.listing()
+		} else {
+			ls = m.cachedListing()
+		}
+		if ls != nil {
+			// The layer's answer without asking it: a miss costs
+			// nothing, and only a name it holds is stat'ed.
+			le, ok := ls.find(curName)
+			if !ok || le.whiteout {
+				m.Layer.Counters.Answered.Add(1)
+				if ok || ls.hides(curName) {
+					break
+				}
+				continue
+			}
+		}
 		var st unix.Stat_t
+		m.Layer.Counters.Asked.Add(1)
 		err := m.Stat(curName, &st)
 		if errors.Is(err, unix.ENOENT) {
-			if m.hasEntry(WhiteoutPrefix + curName) {
+			if m.hides(ls, curName) {
 				break
 			}
 			continue
@@ -129,7 +153,7 @@ func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
 		opaque, xw := d.isOpaque()
 		// A ".wh.NAME" beside the directory hides NAME in the layers
 		// below it as much as it would without the directory.
-		opaque = opaque || m.hasEntry(WhiteoutPrefix+curName)
+		opaque = opaque || m.hides(ls, curName)
 		e.Chain = append(e.Chain, Member{Dir: d, XWhiteouts: xw})
 		if opaque {
 			e.Opaque = true
@@ -153,6 +177,7 @@ func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
 		// Idle, they leave the fd cache like any other.
 		parent, base := splitRedirect(r)
 		cur, curName, k = walkLayers(layers, m.Layer.Index+1, parent), base, -1
+		own = false
 		walked = append(walked, cur)
 	}
 	if e == nil {
@@ -268,6 +293,15 @@ func walkLayer(l *Layer, comps []string) (d *Dir, found, last bool) {
 		d.rebase(comps)
 	}
 	return d, true, last
+}
+
+// hides reports whether a ".wh.NAME" entry beside name hides it in the
+// layers below, from the listing ls of m when there is one.
+func (m Member) hides(ls *listing, name string) bool {
+	if ls != nil {
+		return ls.hides(name)
+	}
+	return m.hasEntry(WhiteoutPrefix + name)
 }
 
 // hasEntry reports whether name exists in d. Errors, such as a whiteout name

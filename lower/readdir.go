@@ -21,48 +21,64 @@ type DirEntry struct {
 // ReadDir lists the merged directory c: each name once, from its topmost
 // layer; whiteouts, whited-out names and the AUFS ".wh." entries are left
 // out (Linux: fs/overlayfs/readdir.c ovl_dir_read_merged()). "." and ".."
-// are not included. Names come in layer order, and in each layer's on-disk
-// order.
+// are not included. Names come sorted (bytewise).
+//
+// The read-only layers' listings are cached (listing.go); the upper
+// layer's directory is read each time. The layers are merged name by name
+// in sorted order, with no map: for each name, the topmost layer that holds
+// it gives it, unless that is a whiteout or a layer above hides it with a
+// ".wh.NAME" entry (which hides NAME in the layers below, not beside it).
 func (c Chain) ReadDir() ([]DirEntry, error) {
-	var out []DirEntry
-	seen := make(map[string]struct{})
-	for _, m := range c {
-		ents, err := m.ReadDirRaw()
-		if err != nil {
-			return nil, err
+	lists := make([]*listing, len(c))
+	total := 0
+	for i, m := range c {
+		ls := m.listing()
+		if ls == nil {
+			// The upper layer, or a directory we could not cache:
+			// read it now.
+			var err error
+			if ls, err = readListing(m.Dir, m.XWhiteouts); err != nil {
+				return nil, err
+			}
 		}
-		var hidden []string
-		for _, de := range ents {
-			if IsWhiteoutName(de.Name) {
-				if de.Name != OpaqueMarker {
-					hidden = append(hidden, de.Name[len(WhiteoutPrefix):])
+		lists[i] = ls
+		total += len(ls.ents)
+	}
+	out := make([]DirEntry, 0, total)
+	pos := make([]int, len(c))  // next entry of each layer, in byName order
+	hpos := make([]int, len(c)) // next hidden name of each layer
+	for {
+		var name string
+		found := false
+		for i, ls := range lists {
+			if pos[i] < len(ls.byName) {
+				if n := ls.ents[ls.byName[pos[i]]].name; !found || n < name {
+					name, found = n, true
 				}
+			}
+		}
+		if !found {
+			return out, nil
+		}
+		decided := false
+		for i, ls := range lists {
+			if pos[i] < len(ls.byName) && ls.ents[ls.byName[pos[i]]].name == name {
+				e := &ls.ents[ls.byName[pos[i]]]
+				pos[i]++
+				if !decided && !e.whiteout {
+					out = append(out, DirEntry{Name: e.name, Mode: e.mode, Ino: e.ino, Layer: c[i].Layer})
+				}
+				decided = true
 				continue
 			}
-			if _, ok := seen[de.Name]; ok {
-				continue
+			for hpos[i] < len(ls.hidden) && ls.hidden[hpos[i]] < name {
+				hpos[i]++
 			}
-			if de.Mode == 0 || de.Mode == unix.S_IFCHR || (m.XWhiteouts && de.Mode == unix.S_IFREG) {
-				// The type alone cannot tell a whiteout.
-				var st unix.Stat_t
-				if err := m.Stat(de.Name, &st); err != nil {
-					continue // gone, or unreadable: not listed
-				}
-				de.Mode = st.Mode & unix.S_IFMT
-				if IsWhiteout(&st) || (m.XWhiteouts && de.Mode == unix.S_IFREG && st.Size == 0 && m.isXattrWhiteout(de.Name)) {
-					seen[de.Name] = struct{}{}
-					continue
-				}
+			if hpos[i] < len(ls.hidden) && ls.hidden[hpos[i]] == name {
+				decided = true
 			}
-			seen[de.Name] = struct{}{}
-			out = append(out, de)
-		}
-		// ".wh.NAME" hides NAME in the layers below, not beside it.
-		for _, h := range hidden {
-			seen[h] = struct{}{}
 		}
 	}
-	return out, nil
 }
 
 // ReadDirRaw reads the entries of the directory d as they are on disk,

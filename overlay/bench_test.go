@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"fmt"
 	"os"
 	"testing"
 )
@@ -43,4 +44,49 @@ func BenchmarkWrite1K(b *testing.B) {
 			b.ReportMetric(float64(f.privs.CapGetxattr.Load())*1000/float64(b.N), "getxattr/1000writes")
 		})
 	}
+}
+
+// BenchmarkReaddir reads the names of a merged directory of 20,000
+// entries, spread over three lowers and the upper, again and again: the
+// daemon's share of a warm readdir (bench's readdir-100k).
+//
+//	go test -run XXX -bench Readdir -cpuprofile /tmp/cpu.out ./overlay/
+func BenchmarkReaddir(b *testing.B) {
+	const n = 20000
+	layers := []string{b.TempDir(), b.TempDir(), b.TempDir()}
+	up, work, mnt := b.TempDir(), b.TempDir(), b.TempDir()
+	for i := 0; i < n; i++ {
+		dir := layers[i%3]
+		if i%40 == 0 {
+			dir = up
+		}
+		if err := os.MkdirAll(dir+"/big", 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(fmt.Sprintf("%s/big/f%06d", dir, i), nil, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	f, err := New(Options{Lower: layers, Upper: up, Work: work, NoSec: NoSecOn, Passthrough: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := f.Mount(mnt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { srv.Unmount(); srv.Wait(); f.Close() }()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d, err := os.Open(mnt + "/big")
+		if err != nil {
+			b.Fatal(err)
+		}
+		names, err := d.Readdirnames(-1)
+		d.Close()
+		if err != nil || len(names) != n {
+			b.Fatalf("%d names, %v", len(names), err)
+		}
+	}
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "entries/s")
 }

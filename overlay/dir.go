@@ -24,7 +24,8 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	// Not FOPEN_CACHE_DIR: the cached listing pins the directory's inode
 	// in the kernel past `echo 2 > drop_caches`, and with it the node and
 	// its fds (tests/reliability TestNoGrowth). A warm readdir therefore
-	// reaches the daemon (docs/BENCHMARKS.md, readdir-100k).
+	// reaches the daemon, which builds it from the lower layers' cached
+	// listings and the upper directory (lower/listing.go).
 	return d, 0, 0
 }
 

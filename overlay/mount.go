@@ -223,6 +223,11 @@ func (f *FS) fsOptions() *fs.Options {
 		}
 		mo.Options = append(mo.Options, k)
 	}
+	// READDIRPLUS only where it pays: for the first batch of a listing,
+	// and for later batches once the kernel saw the names looked up
+	// (ls -l, find). A listing read for its names alone (readdir(3),
+	// glob) then costs no lookup per entry in the daemon.
+	mo.ExtraCapabilities |= fuse.CAP_READDIRPLUS_AUTO
 	if f.nosec {
 		// The kernel sets SB_NOSEC on the mount and stops asking for
 		// security.capability on every write; we remove privileges

@@ -8,6 +8,8 @@ import (
 	"net"
 	"path/filepath"
 	"time"
+
+	"github.com/goverlay/goverlay/lower"
 )
 
 // Stats is what a live mount reports to `goverlay stats`.
@@ -48,12 +50,22 @@ type Stats struct {
 	// their fast-exec bit.
 	FastExecDirs   uint64 `json:"fast_exec_dirs"`
 	RestrictedDirs uint64 `json:"restricted_dirs"`
+	// LayerAnswers counts the names lookups settled in a read-only layer
+	// from its cached directory listings, without a system call (absent,
+	// or whited out); LayerProbes those they asked a layer for (fstatat),
+	// the upper included; ListingsRead the directories read into
+	// listings, and ListingEntries what the cached ones hold now (of all
+	// the mounts in this process).
+	LayerAnswers   uint64 `json:"layer_answers_cached"`
+	LayerProbes    uint64 `json:"layer_probes"`
+	ListingsRead   uint64 `json:"listings_read"`
+	ListingEntries int    `json:"listing_entries"`
 }
 
 // Stats reads the counters.
 func (f *FS) Stats() Stats {
 	p := &f.privs
-	return Stats{
+	s := Stats{
 		NoSec:             f.nosec,
 		NoSecReason:       f.nosecWhy,
 		CapGetxattr:       p.CapGetxattr.Load(),
@@ -72,7 +84,14 @@ func (f *FS) Stats() Stats {
 		Getattrs:          f.stats.getattrs.Load(),
 		FastExecDirs:      f.stats.fastExecDirs.Load(),
 		RestrictedDirs:    f.stats.restrictedDirs.Load(),
+		ListingEntries:    lower.CachedListingEntries(),
 	}
+	for _, l := range f.layers {
+		s.LayerAnswers += l.Counters.Answered.Load()
+		s.LayerProbes += l.Counters.Asked.Load()
+		s.ListingsRead += l.Counters.ListingsRead.Load()
+	}
+	return s
 }
 
 // statsAddr is the control socket of the mount at mountpoint: an abstract

@@ -54,6 +54,8 @@ func runStats(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(w, "whiteouts\t%d\n", s.Whiteouts)
 	fmt.Fprintf(w, "opens\t%d passthrough, %d through goverlay\n", s.OpensPassthrough, s.OpensCached)
 	fmt.Fprintf(w, "lookups served\t%d, %d of them misses\n", s.Lookups, s.NegativeLookups)
+	fmt.Fprintf(w, "names settled in a layer\t%d from cached listings, %d asked of the layer\n", s.LayerAnswers, s.LayerProbes)
+	fmt.Fprintf(w, "directory listings\t%d read, %d entries cached\n", s.ListingsRead, s.ListingEntries)
 	fmt.Fprintf(w, "attribute refreshes served\t%d\n", s.Getattrs)
 	fmt.Fprintf(w, "directories\t%d fast-exec, %d restricted\n", s.FastExecDirs, s.RestrictedDirs)
 	w.Flush()
