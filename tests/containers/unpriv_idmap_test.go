@@ -591,3 +591,71 @@ func TestUnprivWhiteoutFallback(t *testing.T) {
 		})
 	}
 }
+
+// noUserxattrScript renames a lower directory and a lower file, replaces
+// a lower directory, lists, and lists again after a remount.
+const noUserxattrScript = `mount_up "$1" "$2"
+try mv mnt/dir mnt/dir.moved
+try mv mnt/file.txt mnt/file.moved
+try rm -r mnt/opq
+mkdir mnt/opq
+ls -A mnt mnt/dir.moved mnt/opq
+cat mnt/dir.moved/sub/deep.txt
+umount mnt
+echo "== again"
+mount_up "$1" "$2"
+ls -A mnt mnt/dir.moved mnt/opq
+umount mnt
+`
+
+// TestUnprivNoUserxattr: the program as rootless podman runs it, root of
+// the full-map user namespace and no -o userxattr (containers/storage
+// passes none): trusted.* xattrs are refused there (EPERM), so renaming a
+// lower directory cannot leave a redirect and must answer EXDEV, as the
+// kernel does where the upper refuses the xattr, for mv to copy; a
+// replaced directory is marked opaque with the .wh..wh..opq file instead.
+// goverlay answered EPERM to the rename (found by TestRootlessPodman:
+// "mv: can't rename 'dir': Operation not permitted"). fuse-overlayfs,
+// which answers EXDEV to every directory rename, prints the same.
+func TestUnprivNoUserxattr(t *testing.T) {
+	s := newUnprivNS(t)
+	want := strings.Join([]string{
+		"mv mnt/dir mnt/dir.moved: ok", "mv mnt/file.txt mnt/file.moved: ok", "rm -r mnt/opq: ok",
+		"mnt:", "dir.moved", "file.moved", "opq", "",
+		"mnt/dir.moved:", "sub", "top.txt", "",
+		"mnt/opq:",
+		"deep",
+		"== again",
+		"mnt:", "dir.moved", "file.moved", "opq", "",
+		"mnt/dir.moved:", "sub", "top.txt", "",
+		"mnt/opq:",
+	}, "\n")
+	for _, prog := range s.programs() {
+		t.Run(prog.name, func(t *testing.T) {
+			for _, d := range []string{"upper", "work", "mnt"} {
+				os.RemoveAll(filepath.Join(s.base, d))
+				if err := os.Mkdir(filepath.Join(s.base, d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			os.RemoveAll(filepath.Join(s.base, "lower"))
+			testutil.NewLayer(t, filepath.Join(s.base, "lower")).File("file.txt", "file\n", 0o644).
+				File("dir/top.txt", "top\n", 0o644).File("dir/sub/deep.txt", "deep\n", 0o644).File("opq/old.txt", "old\n", 0o644)
+			if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", s.uid, s.gid),
+				filepath.Join(s.base, "lower"), filepath.Join(s.base, "upper"), filepath.Join(s.base, "work"), filepath.Join(s.base, "mnt")).CombinedOutput(); err != nil {
+				t.Fatalf("chown -R: %v: %s", err, out)
+			}
+			got := s.runUnpriv(t, prog, "", noUserxattrScript)
+			if got != want {
+				t.Errorf("%s without userxattr (- want, + got):\n%s", prog.name,
+					diffLines(strings.Split(want, "\n"), strings.Split(got, "\n")))
+			}
+			upper := filepath.Join(s.base, "upper")
+			t.Logf("%s: upper: %v; upper/opq: %v, xattrs %s; upper/dir.moved xattrs %s", prog.name, names(t, upper),
+				names(t, filepath.Join(upper, "opq")), xattrs(t, filepath.Join(upper, "opq")), xattrs(t, filepath.Join(upper, "dir.moved")))
+			if _, err := os.Lstat(filepath.Join(upper, "opq", ".wh..wh..opq")); prog.name == "goverlay" && err != nil {
+				t.Errorf("goverlay: the replaced directory has no .wh..wh..opq marker: %v", err)
+			}
+		})
+	}
+}
