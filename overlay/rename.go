@@ -3,6 +3,7 @@ package overlay
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"syscall"
 	"unsafe"
@@ -43,6 +44,15 @@ func (c *node) prepareMove(ctx context.Context, exchange bool) (redirected bool,
 		return false, errno(err)
 	}
 	if err := c.ofs.upper.SetRedirect(d, path); err != nil {
+		// Where the upper refuses the xattr, the kernel answers EXDEV
+		// (Linux: fs/overlayfs/util.c ovl_check_setxattr() on
+		// EOPNOTSUPP), and mv copies. So do we, also where its
+		// namespace is refused: trusted.* as root of a user namespace
+		// without -o userxattr (EPERM), which is how rootless podman
+		// runs its mount program.
+		if errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.EPERM) {
+			return false, syscall.EXDEV
+		}
 		return false, errno(err)
 	}
 	c.mu.Lock()

@@ -225,6 +225,9 @@ type podman struct {
 	store string
 	flags []string
 	env   []string
+	// wrap runs podman as someone else (rootless): the command and its
+	// arguments, before "podman".
+	wrap []string
 }
 
 func newPodman(t *testing.T, prog mountProgram) *podman {
@@ -274,12 +277,18 @@ func newPodman(t *testing.T, prog mountProgram) *podman {
 func (p *podman) run(args ...string) testutil.Result {
 	p.t.Helper()
 	start := time.Now()
-	r := testutil.Run(p.t, podmanDeadline, p.env, "podman", append(append([]string{}, p.flags...), args...)...)
+	r := p.exec(args...)
 	p.t.Logf("podman %s: exit %d in %v", strings.Join(args, " "), r.Code, time.Since(start).Round(time.Millisecond))
 	if r.TimedOut {
 		p.t.Errorf("podman %s: no return within %v", strings.Join(args, " "), podmanDeadline)
 	}
 	return r
+}
+
+// exec runs podman with the store's flags and args, through wrap.
+func (p *podman) exec(args ...string) testutil.Result {
+	argv := append(append(append(append([]string{}, p.wrap...), "podman"), p.flags...), args...)
+	return testutil.Run(p.t, podmanDeadline, p.env, argv[0], argv[1:]...)
 }
 
 // must runs podman and fails the test unless it exits 0.
@@ -319,7 +328,7 @@ func (p *podman) leftovers(when string) {
 // cleanup resets the store, checks that nothing of the mount program is
 // left, and unmounts what podman left (its own mounts are not an error).
 func (p *podman) cleanup() {
-	r := testutil.Run(p.t, podmanDeadline, p.env, "podman", append(append([]string{}, p.flags...), "system", "reset", "--force")...)
+	r := p.exec("system", "reset", "--force")
 	if r.Code != 0 {
 		p.t.Errorf("podman system reset --force: %s", r)
 	}
@@ -334,8 +343,8 @@ type step struct{ name, out string }
 
 // podmanFlow runs the containers with prog as mount_program and checks
 // their output; it returns every step's output.
-func podmanFlow(t *testing.T, prog mountProgram, rootfs string) []step {
-	p := newPodman(t, prog)
+func podmanFlow(t *testing.T, p *podman, rootfs string) []step {
+	prog := p.prog
 	var steps []step
 	// record checks a step's output against want; refBug is what
 	// fuse-overlayfs 1.10 prints instead because of a known bug of its
@@ -358,7 +367,7 @@ func podmanFlow(t *testing.T, prog mountProgram, rootfs string) []step {
 
 	// The image: tar keeps the file capability (podman import applies
 	// SCHILY.xattr.security.capability).
-	shArgs := append([]string{"-c", `dir=$1; shift; tar --xattrs --xattrs-include=security.capability -C "$dir" -c . | podman "$@"`, "sh", rootfs}, p.flags...)
+	shArgs := append(append(append([]string{"-c", `dir=$1; shift; tar --xattrs --xattrs-include=security.capability -C "$dir" -c . | "$@"`, "sh", rootfs}, p.wrap...), "podman"), p.flags...)
 	imp := exec.Command("sh", append(shArgs, "import", "-", "localhost/bb")...)
 	imp.Env = append(os.Environ(), p.env...)
 	if out, err := imp.CombinedOutput(); err != nil {
@@ -419,8 +428,15 @@ func TestPodman(t *testing.T) {
 	}
 	results := map[string][]step{}
 	for _, prog := range progs {
-		t.Run(prog.name, func(t *testing.T) { results[prog.name] = podmanFlow(t, prog, rootfs) })
+		t.Run(prog.name, func(t *testing.T) { results[prog.name] = podmanFlow(t, newPodman(t, prog), rootfs) })
 	}
+	compareSteps(t, results)
+}
+
+// compareSteps fails the test where goverlay's steps printed other than
+// fuse-overlayfs's.
+func compareSteps(t *testing.T, results map[string][]step) {
+	t.Helper()
 	ref, got := results["fuse-overlayfs"], results["goverlay"]
 	if ref == nil || got == nil {
 		return
