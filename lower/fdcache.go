@@ -9,15 +9,15 @@ import (
 
 // fdCache bounds the directory fds kept open across calls. Directories of
 // the layers are reopened on demand (Dir.acquire), so the open ones are a
-// cache: the least recently used unpinned ones are closed beyond the
-// limit. The kernel may keep far more directories in its dentry cache than
+// cache: beyond the limit, the ones not used lately (clock algorithm) are
+// closed. The kernel may keep far more directories in its dentry cache than
 // the process may have fds (RLIMIT_NOFILE; 20,000 is common, and raising
 // it needs CAP_SYS_RESOURCE).
 var fdCache = newCache()
 
 type cache struct {
 	mu  sync.Mutex
-	lru list.List // of *Dir, most recently used at the front
+	lru list.List // of *Dir with an open fd it can reopen; new ones at the front
 	max int
 }
 
@@ -40,24 +40,27 @@ func SetFDCacheSize(n int) {
 	fdCache.trim()
 }
 
-// OpenDirFDs reports how many idle directory fds the cache holds.
+// OpenDirFDs reports how many directory fds the cache holds, idle or in
+// use.
 func OpenDirFDs() int {
 	fdCache.mu.Lock()
 	defer fdCache.mu.Unlock()
 	return fdCache.lru.Len()
 }
 
-// add puts d at the front.
+// add puts d, whose fd was just opened, in the cache, and closes idle fds
+// beyond the limit. It is the only time an access takes the cache's lock:
+// using an open fd marks its Dir (Dir.used) and nothing else (the clock
+// algorithm), so lookups share no lock.
 //
 // Preconditions: d.mu is held.
 func (c *cache) add(d *Dir) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if d.lru != nil {
-		c.lru.MoveToFront(d.lru)
-		return
+	if d.lru == nil {
+		d.lru = c.lru.PushFront(d)
 	}
-	d.lru = c.lru.PushFront(d)
+	c.trimLocked()
 }
 
 // remove takes d out.
@@ -72,22 +75,37 @@ func (c *cache) remove(d *Dir) {
 	}
 }
 
-// trim closes the least recently used idle fds beyond the limit. A Dir
-// whose lock is taken is busy and skipped: trim never waits for one, so it
-// may run from anywhere.
+// trim closes idle fds beyond the limit.
 func (c *cache) trim() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.lru.Back()
-	for c.lru.Len() > c.max && e != nil {
-		prev := e.Prev()
+	c.trimLocked()
+}
+
+// trimLocked closes the fds of the Dirs not used since it last passed over
+// them, oldest first, until the cache is within its limit. A Dir in use
+// (pinned, or its lock taken) gets a second chance like a used one: trim
+// never waits for a Dir's lock, so it may run from anywhere. Every Dir in
+// use leaves the cache over its limit until they are released.
+//
+// Preconditions: c.mu is held.
+func (c *cache) trimLocked() {
+	for tries := 2 * c.lru.Len(); c.lru.Len() > c.max && tries > 0; tries-- {
+		e := c.lru.Back()
 		d := e.Value.(*Dir)
-		if d.mu.TryLock() {
-			c.lru.Remove(e)
-			d.lru = nil
-			d.closeIdleLocked()
-			d.mu.Unlock()
+		if !d.mu.TryLock() {
+			c.lru.MoveToFront(e)
+			continue
 		}
-		e = prev
+		if d.pins > 0 || d.used {
+			d.used = false
+			c.lru.MoveToFront(e)
+			d.mu.Unlock()
+			continue
+		}
+		c.lru.Remove(e)
+		d.lru = nil
+		d.closeIdleLocked()
+		d.mu.Unlock()
 	}
 }

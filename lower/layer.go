@@ -85,7 +85,8 @@ type Dir struct {
 	fd       int // -1 while not open
 	pins     int
 	dead     bool
-	lru      *list.Element // in the fd cache while open and unpinned
+	lru      *list.Element // in the fd cache while open and reopenable
+	used     bool          // used since the fd cache last passed over it
 
 	// The directory's listing, in a read-only layer (listing.go).
 	ls     atomic.Pointer[listing]
@@ -134,11 +135,10 @@ func (d *Dir) acquire() (int, error) {
 		if err := d.reopenLocked(); err != nil {
 			return -1, err
 		}
+		fdCache.add(d)
 	}
 	d.pins++
-	if d.lru != nil {
-		fdCache.remove(d)
-	}
+	d.used = true
 	return d.fd, nil
 }
 
@@ -151,14 +151,7 @@ func (d *Dir) release() {
 		unix.Close(d.fd)
 		d.fd = -1
 	}
-	idle := d.pins == 0 && d.reopenable() && d.fd >= 0 && !d.dead
-	if idle {
-		fdCache.add(d)
-	}
 	d.mu.Unlock()
-	if idle {
-		fdCache.trim()
-	}
 }
 
 // reopenLocked opens the directory again from its parent.
@@ -320,11 +313,10 @@ func (d *Dir) OpenDir(name string) (*Dir, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	c := &Dir{Layer: d.Layer, parent: d, name: name, dev: st.Dev, ino: st.Ino, fd: fd}
+	c := &Dir{Layer: d.Layer, parent: d, name: name, dev: st.Dev, ino: st.Ino, fd: fd, used: true}
 	c.mu.Lock()
 	fdCache.add(c)
 	c.mu.Unlock()
-	fdCache.trim()
 	return c, nil
 }
 

@@ -27,12 +27,16 @@ type handle struct {
 	mu    sync.Mutex
 	fd    int
 	upper bool // fd is the upper file's
+	// stale is the lower file's fd after the switch to the upper file:
+	// kept open until Release, since a read reply may still be splicing
+	// from it (Read).
+	stale int
 }
 
 // newHandle wraps fd, an open file of n (in the upper layer when upper),
 // opened for writing when write.
 func newHandle(n *node, fd int, upper, write bool) *handle {
-	h := &handle{n: n, fd: fd, upper: upper}
+	h := &handle{n: n, fd: fd, upper: upper, stale: -1}
 	h.passthrough = n.openMode(upper, write)
 	return h
 }
@@ -77,8 +81,7 @@ func (h *handle) current() (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	unix.Close(h.fd)
-	h.fd, h.upper = fd, true
+	h.stale, h.fd, h.upper = h.fd, fd, true
 	return fd, nil
 }
 
@@ -88,11 +91,10 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	if err != nil {
 		return nil, errno(err)
 	}
-	n, err := unix.Pread(fd, dest, off)
-	if err != nil {
-		return nil, errno(err)
-	}
-	return fuse.ReadResultData(dest[:n]), 0
+	// go-fuse splices from fd to /dev/fuse after we return (falling
+	// back to pread): no copy through our memory. fd stays open until
+	// Release, which the kernel sends only after every read's reply.
+	return fuse.ReadResultFd(uintptr(fd), off, len(dest)), 0
 }
 
 // Write writes at off. Only handles opened for writing, which are always on
@@ -174,6 +176,10 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	}
 	err := unix.Close(h.fd)
 	h.fd = -1
+	if h.stale >= 0 {
+		unix.Close(h.stale)
+		h.stale = -1
+	}
 	h.n.closed(h.passthrough)
 	return errno(err)
 }

@@ -79,9 +79,9 @@ func (n *node) replaceLinkLocked(from *lower.Dir, fromName string, to lower.Memb
 
 // upperFiles finds the node of an upper file the kernel knows, so that a
 // lookup of another hard link of it gets the same node.
+// A sync.Map: lookups of upper files share no lock.
 type upperFiles struct {
-	mu    sync.Mutex
-	nodes map[devIno]*node
+	nodes sync.Map // devIno → *node
 }
 
 // knownUpperFile returns the live node of the upper file e, if the kernel
@@ -90,9 +90,8 @@ type upperFiles struct {
 // have, so that go-fuse, which finds nodes by (Ino, Gen), does not take
 // the new file for the old one.
 func (f *FS) knownUpperFile(e *lower.Entry, sa *fs.StableAttr) *node {
-	f.upperFiles.mu.Lock()
-	x := f.upperFiles.nodes[devIno{e.Stat.Dev, e.Stat.Ino}]
-	f.upperFiles.mu.Unlock()
+	v, _ := f.upperFiles.nodes.Load(devIno{e.Stat.Dev, e.Stat.Ino})
+	x, _ := v.(*node)
 	if x == nil || x.Forgotten() || x.StableAttr().Ino != sa.Ino {
 		return nil
 	}
@@ -109,15 +108,10 @@ func (f *FS) knownUpperFile(e *lower.Entry, sa *fs.StableAttr) *node {
 // registerUpperFile records n as the node of the upper file st.
 func (f *FS) registerUpperFile(n *node, st *unix.Stat_t) {
 	k := devIno{st.Dev, st.Ino}
-	f.upperFiles.mu.Lock()
-	defer f.upperFiles.mu.Unlock()
-	if f.upperFiles.nodes == nil {
-		f.upperFiles.nodes = make(map[devIno]*node)
-	}
 	n.mu.Lock()
 	n.key = k
 	n.mu.Unlock()
-	f.upperFiles.nodes[k] = n
+	f.upperFiles.nodes.Store(k, n)
 }
 
 // forgetUpperFile drops n when the kernel forgets it.
@@ -125,9 +119,5 @@ func (f *FS) forgetUpperFile(n *node) {
 	n.mu.Lock()
 	k := n.key
 	n.mu.Unlock()
-	f.upperFiles.mu.Lock()
-	defer f.upperFiles.mu.Unlock()
-	if f.upperFiles.nodes[k] == n {
-		delete(f.upperFiles.nodes, k)
-	}
+	f.upperFiles.nodes.CompareAndDelete(k, n)
 }
