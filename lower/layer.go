@@ -21,6 +21,10 @@ type Layer struct {
 	Dev uint64
 	// Upper is set for the writable layer.
 	Upper bool
+	// Override says where the layer keeps owners and modes (override.go):
+	// found by DetectOverride for a lower layer, chosen by the mount's
+	// xattr_permissions for the upper one. Set before the layer is used.
+	Override OverrideMode
 
 	root *Dir
 }
