@@ -41,7 +41,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		return errno(err)
 	}
 	if m, ok := in.GetMode(); ok {
-		done, err := n.ofs.chownOverride(d, name, &m, -1, -1)
+		done, err := n.ofs.setattrOverride(d, name, &m, -1, -1)
 		if err == nil && !done {
 			err = chmodAt(d, name, m&07777)
 		}
@@ -61,7 +61,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		if gok {
 			g = int(gid)
 		}
-		done, err := n.ofs.chownOverride(d, name, nil, u, g)
+		done, err := n.ofs.setattrOverride(d, name, nil, u, g)
 		if err == nil && !done {
 			err = d.Do(func(fd int) error {
 				return unix.Fchownat(fd, nameOrDot(name), u, g, unix.AT_SYMLINK_NOFOLLOW)

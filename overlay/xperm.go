@@ -89,12 +89,12 @@ func (f *FS) copyOverride(d *lower.Dir, name string, st *unix.Stat_t) *lower.Ove
 	return &o
 }
 
-// chownOverride applies a chmod (mode) or chown (uid, gid; -1 keeps one)
+// setattrOverride applies a chmod (mode) or chown (uid, gid; -1 keeps one)
 // to the override xattr of the upper object name in d (d itself when name
 // is ""), when the upper layer keeps it there; done is false otherwise, and
 // the change is for the caller to make for real. The other fields stay as
 // the xattr (or, without one yet, the real stat) has them.
-func (f *FS) chownOverride(d *lower.Dir, name string, mode *uint32, uid, gid int) (done bool, err error) {
+func (f *FS) setattrOverride(d *lower.Dir, name string, mode *uint32, uid, gid int) (done bool, err error) {
 	var st unix.Stat_t
 	if err := d.Stat(nameOrDot(name), &st); err != nil {
 		return false, err

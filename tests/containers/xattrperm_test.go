@@ -141,6 +141,7 @@ func TestXattrPermissions(t *testing.T) {
 			t.Run("containers", func(t *testing.T) { xpermContainers(t, prog) })
 			t.Run("uidmapping", func(t *testing.T) { xpermUIDMapping(t, prog) })
 			t.Run("privileged", func(t *testing.T) { xpermPrivileged(t, prog) })
+			t.Run("without-option", func(t *testing.T) { xpermWithoutOption(t, prog) })
 		})
 	}
 }
@@ -160,10 +161,16 @@ func TestXattrPermissions(t *testing.T) {
 func xpermContainers(t *testing.T, prog mountProgram) {
 	s := newCSStore(t)
 	storageLeakCheck(t, prog, s.home)
+	// A device node as containers/storage extracts it without the
+	// privilege to make one: a plain file whose override names it.
+	testutil.NewLayer(t, s.bottom).File("dev/null", "", 0o600)
 	forceMask(t, s, map[string]string{
 		"home/user":         "1000:1000",
 		"home/user/own.txt": "1000:1000",
 	})
+	if err := unix.Lsetxattr(filepath.Join(s.bottom, "dev/null"), containersXattr, []byte("0:0:0666:char-1-3"), 0); err != nil {
+		t.Fatal(err)
+	}
 	m := storageMount(t, prog, s.home, s.rwOpts("xattr_permissions=2"), s.merged)
 	noWarnings(t, prog, m, "xattr_permissions=2")
 	mp := func(rel string) string { return filepath.Join(s.merged, rel) }
@@ -172,6 +179,8 @@ func xpermContainers(t *testing.T, prog mountProgram) {
 	// user.fuseoverlayfs.override_stat only, so it shows the upper root
 	// as it really is (0700); 1.14+ prefers user.containers.override_stat.
 	checkStats(t, prog, s.merged, map[string]string{".": "0:0 0755 dir"}, false, "the upper root")
+	// 1.15+ reads the type too; 1.10 shows a regular file.
+	checkStats(t, prog, s.merged, map[string]string{"dev/null": "0:0 0666 char-1-3"}, false, "a device kept as a plain file")
 	checkStats(t, prog, s.merged, map[string]string{
 		"bin/tool":          "0:0 0755 file",
 		"etc":               "0:0 0755 dir",
@@ -411,5 +420,31 @@ func xpermPrivileged(t *testing.T, prog mountProgram) {
 	if v := lxattr(filepath.Join(s.upper, "keep.txt"), privilegedXattr); !strings.HasPrefix(v, "7:8:") {
 		t.Errorf("%s: upper keep.txt has %s=%q, want 7:8:...", prog.name, privilegedXattr, v)
 	}
+	m.unmount(t)
+}
+
+// xpermWithoutOption: without xattr_permissions, a lower layer whose root
+// carries an override xattr is still read through it (fuse-overlayfs
+// decides per layer, from the layer's root), while the upper keeps real
+// owners: a chown through the mount changes the real owner of the copy,
+// which also takes the image's owner and mode for real.
+func xpermWithoutOption(t *testing.T, prog mountProgram) {
+	s := newCSStore(t)
+	storageLeakCheck(t, prog, s.home)
+	forceMask(t, s, map[string]string{"home/user/own.txt": "1000:1000"})
+	if err := unix.Removexattr(s.upper, containersXattr); err != nil {
+		t.Fatal(err)
+	}
+	m := storageMount(t, prog, s.home, s.rwOpts("volatile"), s.merged)
+	checkStats(t, prog, s.merged, map[string]string{
+		"etc/passwd":        "0:0 0644 file",
+		"home/user/own.txt": "1000:1000 0644 file",
+	}, true, "a force_mask store without xattr_permissions")
+	if err := os.Lchown(filepath.Join(s.merged, "etc/passwd"), 5, 6); err != nil {
+		t.Errorf("%s: chown 5:6 through the mount: %v", prog.name, err)
+	}
+	want := map[string]string{"etc/passwd": "5:6 0644 file"}
+	checkStats(t, prog, s.merged, want, true, "chown without xattr_permissions")
+	checkStats(t, prog, s.upper, want, true, "the copy, really")
 	m.unmount(t)
 }
