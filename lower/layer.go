@@ -24,6 +24,10 @@ type Layer struct {
 	Upper bool
 	// Counters counts what lookups asked of the layer.
 	Counters Counters
+	// Override says where the layer keeps owners and modes (override.go):
+	// found by DetectOverride for a lower layer, chosen by the mount's
+	// xattr_permissions for the upper one. Set before the layer is used.
+	Override OverrideMode
 
 	root *Dir
 }

@@ -130,6 +130,7 @@ func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
 		}
 		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
 		if e == nil {
+			m.ApplyOverride(curName, &st)
 			e = &Entry{Stat: st, Parent: m}
 			if !isDir {
 				break

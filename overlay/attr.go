@@ -41,7 +41,10 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		return errno(err)
 	}
 	if m, ok := in.GetMode(); ok {
-		err := chmodAt(d, name, m&07777)
+		done, err := n.ofs.setattrOverride(d, name, &m, -1, -1)
+		if err == nil && !done {
+			err = chmodAt(d, name, m&07777)
+		}
 		n.invalidateNoSec()
 		if err != nil {
 			return errno(err)
@@ -58,9 +61,12 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		if gok {
 			g = int(gid)
 		}
-		err := d.Do(func(fd int) error {
-			return unix.Fchownat(fd, nameOrDot(name), u, g, unix.AT_SYMLINK_NOFOLLOW)
-		})
+		done, err := n.ofs.setattrOverride(d, name, nil, u, g)
+		if err == nil && !done {
+			err = d.Do(func(fd int) error {
+				return unix.Fchownat(fd, nameOrDot(name), u, g, unix.AT_SYMLINK_NOFOLLOW)
+			})
+		}
 		n.invalidateNoSec()
 		if err != nil && !n.ofs.opts.Owners.squashed() {
 			// With squashing, every file shows the squashed
@@ -158,9 +164,9 @@ func setTimes(d *lower.Dir, name string, in *fuse.SetAttrIn) error {
 var _ = (fs.NodeSetxattrer)((*node)(nil))
 
 // Setxattr sets an attribute after a copy-up. The overlay's own attributes
-// cannot be set through the mount.
+// and the stat overrides cannot be set through the mount (hiddenXattr).
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	if lower.IsPrivateXattr(attr) {
+	if n.ofs.hiddenXattr(attr) {
 		return syscall.EPERM
 	}
 	d, name, err := n.toUpper(ctx, true)
@@ -181,7 +187,7 @@ var _ = (fs.NodeRemovexattrer)((*node)(nil))
 
 // Removexattr removes an attribute after a copy-up.
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	if lower.IsPrivateXattr(attr) {
+	if n.ofs.hiddenXattr(attr) {
 		return syscall.EPERM
 	}
 	// Do not copy up for an attribute that is not there.

@@ -50,7 +50,7 @@ func (n *node) upperDir(ctx context.Context) (*lower.Dir, error) {
 	if err := top.StatSelf(&st); err != nil {
 		return nil, err
 	}
-	src := upper.Source{Dir: top.Dir, Name: "", Stat: st}
+	src := upper.Source{Dir: top.Dir, Name: "", Stat: st, Override: n.ofs.copyOverride(top.Dir, "", &st)}
 	if err := n.ofs.upper.CopyUp(src, pd, name, false, 0); err != nil {
 		return nil, err
 	}
@@ -127,7 +127,8 @@ func (n *node) copyUp(ctx context.Context, data bool) error {
 	if st.Nlink == 1 {
 		ino = n.StableAttr().Ino
 	}
-	if err := n.ofs.upper.CopyUp(upper.Source{Dir: par.Dir, Name: srcName, Stat: st}, pd, name, data, ino); err != nil {
+	src := upper.Source{Dir: par.Dir, Name: srcName, Stat: st, Override: n.ofs.copyOverride(par.Dir, srcName, &st)}
+	if err := n.ofs.upper.CopyUp(src, pd, name, data, ino); err != nil {
 		return err
 	}
 	n.mu.Lock()

@@ -69,7 +69,9 @@ func (n *node) create(ctx context.Context, name string, o upper.Object, out *fus
 		return nil, -1, errno(err)
 	}
 	e := &lower.Entry{Parent: lower.Member{Dir: pd}}
-	if err := pd.Stat(name, &e.Stat); err == nil && e.IsDir() {
+	err = pd.Stat(name, &e.Stat)
+	pd.ApplyOverride(name, &e.Stat)
+	if err == nil && e.IsDir() {
 		var d *lower.Dir
 		if d, err = pd.OpenDir(name); err == nil {
 			e.Chain = lower.Chain{{Dir: d}}
@@ -172,6 +174,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if err := pd.Stat(name, &st); err != nil {
 		return nil, errno(err)
 	}
+	pd.ApplyOverride(name, &st)
 	t.fillAttr(&st, &out.Attr)
 	t.setEntryTimeouts(out)
 	return t.EmbeddedInode(), 0

@@ -50,6 +50,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		if err := h.stat(&st); err != nil {
 			return errno(err)
 		}
+		n.applyOverride(&st)
 	} else if err := n.stat(&st); err != nil {
 		return errno(err)
 	}

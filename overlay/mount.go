@@ -46,6 +46,11 @@ type Options struct {
 	// squash_to_uid=, squash_to_gid=, squash_to_root); the zero value
 	// shows them as they are on disk.
 	Owners Owners
+	// XattrPermissions keeps the upper layer's owners and modes in an
+	// xattr (-o xattr_permissions, xperm.go): 0 for real, 1 in
+	// security.fuseoverlayfs.override_stat, 2 in
+	// user.containers.override_stat.
+	XattrPermissions int
 	// RedirectDirOff refuses to move directories that have lower
 	// instances (EXDEV), as the kernel with redirect_dir=off; by default
 	// they move with a redirect (-o redirect_dir=on).
@@ -83,6 +88,9 @@ type FS struct {
 	nosec    bool
 	nosecWhy string
 	privs    privs.Counters
+
+	// overrides is set when a layer keeps owners in an xattr (xperm.go).
+	overrides bool
 
 	statsL net.Listener
 	// upperFiles maps upper files to their nodes (links.go).
@@ -128,11 +136,21 @@ func New(o Options) (*FS, error) {
 			f.log.Printf("upper %s refuses char 0/0 whiteouts: deletions are written as .wh. files", o.Upper)
 		}
 	}
+	if err := f.setupOverrides(); err != nil {
+		f.Close()
+		return nil, err
+	}
 	f.ino = newInoMap(f.layers)
 	f.layers[0].Root().Do(func(fd int) error {
 		f.nosec, f.nosecWhy = decideNoSec(o.NoSec, fd, f.ReadOnly())
 		return nil
 	})
+	if f.nosec && f.layers[0].Override != lower.OverrideNone {
+		// Set-id bits live in the xattr, where goverlay's privilege
+		// removal (privs.Strip) does not look; the kernel removes
+		// them itself, through SETATTR, when NOSEC is off.
+		f.nosec, f.nosecWhy = false, "xattr_permissions keeps modes in an xattr; the kernel removes privileges through SETATTR"
+	}
 	f.log.Printf("NOSEC %s: %s", map[bool]string{true: "on", false: "off"}[f.nosec], f.nosecWhy)
 	return f, nil
 }

@@ -184,10 +184,17 @@ func (f *FS) stableAttr(e *lower.Entry, name string, p *node) fs.StableAttr {
 // isDir reports whether n is a directory.
 func (n *node) isDir() bool { return n.dir }
 
-// stat reads the attributes of n's topmost instance.
+// stat reads the attributes of n's topmost instance, with the owner and
+// mode of its override xattr where its layer keeps them there
+// (lower.Dir.ApplyOverride).
 func (n *node) stat(st *unix.Stat_t) error {
 	if n.isDir() {
-		return n.top().StatSelf(st)
+		top := n.top()
+		if err := top.StatSelf(st); err != nil {
+			return err
+		}
+		top.ApplyOverride("", st)
+		return nil
 	}
 	n.locMu.RLock()
 	defer n.locMu.RUnlock()
@@ -195,7 +202,29 @@ func (n *node) stat(st *unix.Stat_t) error {
 		return syscall.ENOENT
 	}
 	par, name := n.location()
-	return par.Stat(name, st)
+	if err := par.Stat(name, st); err != nil {
+		return err
+	}
+	par.ApplyOverride(name, st)
+	return nil
+}
+
+// applyOverride puts the owner and mode of n's override xattr, if any,
+// into st, a stat of n's topmost instance taken otherwise (fstat of an
+// open handle). An unlinked file has no name to read it by and keeps its
+// real ones.
+func (n *node) applyOverride(st *unix.Stat_t) {
+	if n.isDir() {
+		n.top().ApplyOverride("", st)
+		return
+	}
+	n.locMu.RLock()
+	defer n.locMu.RUnlock()
+	if n.gone() {
+		return
+	}
+	par, name := n.location()
+	par.ApplyOverride(name, st)
 }
 
 // fillAttr converts a layer's stat into what the mount reports.

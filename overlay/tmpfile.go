@@ -40,6 +40,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 		n.ofs.upper.RemoveTemp(name)
 		return nil, nil, 0, errno(err)
 	}
+	n.ofs.upper.Work.ApplyOverride(name, &e.Stat)
 	c := &node{ofs: n.ofs, links: []link{{e.Parent, name}}, tmp: true}
 	child := n.NewInode(ctx, c, fs.StableAttr{Mode: unix.S_IFREG, Ino: n.ofs.ino.ino(e.Stat.Dev, e.Stat.Ino)})
 	c.fillAttr(&e.Stat, &out.Attr)

@@ -28,9 +28,10 @@ func (n *node) xattrTarget() (lower.Member, string) {
 var _ = (fs.NodeGetxattrer)((*node)(nil))
 
 // Getxattr reads an attribute of the topmost instance. The overlay's own
-// attributes do not exist as far as the mount is concerned.
+// attributes, and the stat overrides of a mount that uses them, do not exist
+// as far as the mount is concerned (hiddenXattr).
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	if lower.IsPrivateXattr(attr) {
+	if n.ofs.hiddenXattr(attr) {
 		return 0, syscall.ENODATA
 	}
 	if attr == privs.CapabilityXattr && n.capGetxattr() {
@@ -69,7 +70,7 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 	}
 	var b strings.Builder
 	for _, a := range names {
-		if lower.IsPrivateXattr(a) || (!root && strings.HasPrefix(a, "trusted.")) {
+		if n.ofs.hiddenXattr(a) || (!root && strings.HasPrefix(a, "trusted.")) {
 			continue
 		}
 		b.WriteString(a)

@@ -17,6 +17,11 @@ type Source struct {
 	Dir  *lower.Dir
 	Name string
 	Stat unix.Stat_t
+	// Override, when set, is the source's owner and mode as the mount
+	// shows them (from its override xattr): the copy gets them in the
+	// upper layer's override xattr, or for real when the upper layer
+	// keeps none (KeepsOverride). Stat stays the real stat.
+	Override *lower.Override
 }
 
 // CopyUp copies src into directory dst of the upper layer under name, the
@@ -134,17 +139,31 @@ func (l *Layer) build(src Source, tmp string, data bool) error {
 func (l *Layer) setMeta(tmp string, src Source) error {
 	w := l.wfd
 	st := &src.Stat
-	if err := unix.Fchownat(w, tmp, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return err
+	o := lower.OverrideOf(st)
+	if src.Override != nil {
+		o.Uid, o.Gid = src.Override.Uid, src.Override.Gid
+		o.Mode = st.Mode&unix.S_IFMT | src.Override.Mode&07777
+		if t := src.Override.Mode & unix.S_IFMT; st.Mode&unix.S_IFMT == unix.S_IFREG && t != 0 && t != unix.S_IFREG {
+			// A device kept as a plain file stays one, and says so.
+			o.Mode, o.Rdev = t|o.Mode&07777, src.Override.Rdev
+		}
 	}
-	isLink := st.Mode&unix.S_IFMT == unix.S_IFLNK
-	if !isLink {
-		if err := unix.Fchmodat(w, tmp, st.Mode&07777, 0); err != nil {
+	// Without Override the source is copied as it is, its override
+	// xattr (if any) with the others.
+	keep := src.Override != nil && l.KeepsOverride(st.Mode)
+	if !keep {
+		if err := l.setRealOwner(tmp, o); err != nil {
 			return err
 		}
 	}
 	if err := copyXattrs(src.Dir, src.Name, l.Work, tmp); err != nil {
 		return err
+	}
+	if keep {
+		// After the xattr copy, which may bring the source's own.
+		if err := l.setOverrideOwner(tmp, o); err != nil {
+			return err
+		}
 	}
 	ts := []unix.Timespec{st.Atim, st.Mtim}
 	return unix.UtimesNanoAt(w, tmp, ts, unix.AT_SYMLINK_NOFOLLOW)

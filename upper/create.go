@@ -49,7 +49,8 @@ type Object struct {
 	Rdev uint32
 	// Target is a symlink's target.
 	Target string
-	// Uid and Gid own the object.
+	// Uid and Gid own the object: for real, or in the override xattr
+	// when the upper layer keeps owners there (KeepsOverride).
 	Uid, Gid uint32
 	// Opaque marks a new directory opaque: it replaces a whiteout, so
 	// the directories of the same name below must not show through.
@@ -85,15 +86,19 @@ func (l *Layer) make(tmp string, o Object) (int, error) {
 	w := l.wfd
 	fd := -1
 	var err error
+	perm := o.Mode & 07777
+	if l.KeepsOverride(o.Mode) {
+		perm = backingMode
+	}
 	switch o.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
-		fd, err = unix.Openat(w, tmp, o.Flags|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, o.Mode&07777)
+		fd, err = unix.Openat(w, tmp, o.Flags|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, perm)
 	case unix.S_IFDIR:
-		err = unix.Mkdirat(w, tmp, o.Mode&07777)
+		err = unix.Mkdirat(w, tmp, perm)
 	case unix.S_IFLNK:
 		err = unix.Symlinkat(o.Target, w, tmp)
 	default:
-		err = unix.Mknodat(w, tmp, o.Mode, int(o.Rdev))
+		err = unix.Mknodat(w, tmp, o.Mode&unix.S_IFMT|perm, int(o.Rdev))
 	}
 	if err != nil {
 		return -1, err
@@ -104,15 +109,8 @@ func (l *Layer) make(tmp string, o Object) (int, error) {
 		}
 		return -1, err
 	}
-	if err := unix.Fchownat(w, tmp, int(o.Uid), int(o.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := l.setOwner(tmp, lower.Override{Uid: o.Uid, Gid: o.Gid, Mode: o.Mode, Rdev: uint64(o.Rdev)}); err != nil {
 		return fail(err)
-	}
-	if o.Mode&unix.S_IFMT != unix.S_IFLNK {
-		// The exact mode: the process umask must not apply (the
-		// kernel applied the caller's), and chown cleared suid/sgid.
-		if err := unix.Fchmodat(w, tmp, o.Mode&07777, 0); err != nil {
-			return fail(err)
-		}
 	}
 	if o.Opaque {
 		if err := l.SetOpaque(l.Work, tmp); err != nil {

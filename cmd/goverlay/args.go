@@ -18,18 +18,19 @@ type config struct {
 	Source      string // SOURCE of the mount-helper form, "" if absent
 	FsName      string // shown in /proc/mounts
 
-	UserXattr      bool
-	NoFsync        bool // fsync=0 or volatile
-	NoSec          overlay.NoSecMode
-	NoPassthrough  bool // passthrough=off
-	NoACL          bool
-	RedirectDirOff bool           // redirect_dir=off|follow|nofollow
-	Owners         overlay.Owners // uid/gid mapping and squashing
-	squashRoot     bool
-	StaticNlink    bool
-	AllowOther     bool     // asked for explicitly; root gets it anyway
-	ReadOnly       bool     // "ro" among KernelOptions
-	KernelOptions  []string // resolved mount flags, see resolveFlags
+	UserXattr        bool
+	NoFsync          bool // fsync=0 or volatile
+	NoSec            overlay.NoSecMode
+	NoPassthrough    bool // passthrough=off
+	NoACL            bool
+	RedirectDirOff   bool           // redirect_dir=off|follow|nofollow
+	XattrPermissions int            // xattr_permissions=0|1|2
+	Owners           overlay.Owners // uid/gid mapping and squashing
+	squashRoot       bool
+	StaticNlink      bool
+	AllowOther       bool     // asked for explicitly; root gets it anyway
+	ReadOnly         bool     // "ro" among KernelOptions
+	KernelOptions    []string // resolved mount flags, see resolveFlags
 
 	Foreground bool
 	Debug      bool

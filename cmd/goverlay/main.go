@@ -128,18 +128,19 @@ func overlayOptions(cfg *config, euid int, logger *log.Logger) overlay.Options {
 		kernel = append(kernel, "suid")
 	}
 	return overlay.Options{
-		Lower:          cfg.Lower,
-		Upper:          cfg.Upper,
-		Work:           cfg.Work,
-		UserXattr:      cfg.UserXattr,
-		NoFsync:        cfg.NoFsync,
-		NoSec:          cfg.NoSec,
-		Passthrough:    !cfg.NoPassthrough,
-		NoACL:          cfg.NoACL,
-		RedirectDirOff: cfg.RedirectDirOff,
-		Owners:         cfg.Owners,
-		StaticNlink:    cfg.StaticNlink,
-		FsName:         cfg.FsName,
+		Lower:            cfg.Lower,
+		Upper:            cfg.Upper,
+		Work:             cfg.Work,
+		UserXattr:        cfg.UserXattr,
+		NoFsync:          cfg.NoFsync,
+		NoSec:            cfg.NoSec,
+		Passthrough:      !cfg.NoPassthrough,
+		NoACL:            cfg.NoACL,
+		RedirectDirOff:   cfg.RedirectDirOff,
+		XattrPermissions: cfg.XattrPermissions,
+		Owners:           cfg.Owners,
+		StaticNlink:      cfg.StaticNlink,
+		FsName:           cfg.FsName,
 		// As root, other users (a container's) must get in; as
 		// fuse-overlayfs does, root always mounts with allow_other.
 		AllowOther:    cfg.AllowOther || euid == 0,

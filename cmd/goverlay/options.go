@@ -73,6 +73,7 @@ var optionTable = []optionInfo{
 	{"squash_to_root", "", optSupported, "show every file as owned by 0:0; chown succeeds and changes nothing (fuse-overlayfs)"},
 	{"squash_to_uid", "UID", optSupported, "show every file as owned by UID; wins over squash_to_root (fuse-overlayfs)"},
 	{"squash_to_gid", "GID", optSupported, "show every file's group as GID; wins over squash_to_root (fuse-overlayfs)"},
+	{"xattr_permissions", "0|1|2", optSupported, `keep owners and modes in an xattr instead of for real: 0 (default) for real, 1 in "security.fuseoverlayfs.override_stat", 2 in "user.containers.override_stat" (containers/storage passes it with force_mask; fuse-overlayfs)`},
 	{"redirect_dir", "on|off|follow|nofollow", optSupported, "on (default): a directory with lower instances is renamed in place with an overlay.redirect xattr, as the kernel does with redirect_dir=on; off, follow, nofollow: such renames fail with EXDEV (mv falls back to copying). Redirects on disk are always followed"},
 
 	{"rw", "", optKernel, "default; dropped"},
@@ -94,7 +95,6 @@ var optionTable = []optionInfo{
 
 	{"subtype", "NAME", optIgnored, "the type is always fuse.goverlay"},
 
-	{"xattr_permissions", "0|1|2", optNotYet, "keep owners and modes in an xattr; containers/storage force_mask (fuse-overlayfs)"},
 	{"threaded", "0|1", optNotYet, "threading mode (fuse-overlayfs)"},
 	{"writeback", "0|1", optNotYet, "kernel writeback cache (fuse-overlayfs)"},
 	{"timeout", "SECONDS", optNotYet, "kernel cache timeout for names and attributes (fuse-overlayfs)"},
@@ -264,6 +264,13 @@ func (st *optState) set(key, raw string) error {
 		} else {
 			c.Owners.SquashGID = &id
 		}
+	case "xattr_permissions":
+		v := unescape(raw)
+		n, err := strconv.Atoi(v)
+		if err != nil || !overlay.ValidXattrPermissions(n) {
+			return failf(exitUsage, "option \"xattr_permissions\" is 0, 1 or 2, not %q; write xattr_permissions=2 for user.containers.override_stat", v)
+		}
+		c.XattrPermissions = n
 	case "redirect_dir":
 		switch v := unescape(raw); v {
 		case "on", "off", "follow", "nofollow":

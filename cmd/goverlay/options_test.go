@@ -93,8 +93,14 @@ func TestParseArgs(t *testing.T) {
 		{"unknown option warned once", []string{"-o", "lowerdir=/a,bogus,bogus=1", "/m"}, func(c *config) string {
 			return diff(c.Warnings, []string{`unknown option "bogus" ignored`})
 		}},
-		{"not implemented warned once each", []string{"-o", "lowerdir=/a,xattr_permissions=2,threaded=1,xattr_permissions=1", "/m"}, func(c *config) string {
-			return diff(c.Warnings, []string{`option "xattr_permissions" is not implemented yet, ignored`, `option "threaded" is not implemented yet, ignored`})
+		{"not implemented warned once each", []string{"-o", "lowerdir=/a,fast_ino=1,threaded=1,fast_ino=0", "/m"}, func(c *config) string {
+			return diff(c.Warnings, []string{`option "fast_ino" is not implemented yet, ignored`, `option "threaded" is not implemented yet, ignored`})
+		}},
+		{"xattr_permissions", []string{"-o", "lowerdir=/a,xattr_permissions=2", "/m"}, func(c *config) string {
+			return diff(c.XattrPermissions, 2, len(c.Warnings), 0)
+		}},
+		{"xattr_permissions last wins", []string{"-o", "lowerdir=/a,xattr_permissions=2,xattr_permissions=0", "/m"}, func(c *config) string {
+			return diff(c.XattrPermissions, 0, c.Warnings, []string{`option "xattr_permissions" given more than once; the last one wins`})
 		}},
 		{"id mappings", []string{"-o", "lowerdir=/a,uidmapping=0:100000:65536:65536:1:1,gidmapping=0:200000:10", "/m"}, func(c *config) string {
 			return diff(len(c.Owners.UIDs), 2, c.Owners.UIDs[1].Disk, uint32(65536), c.Owners.UIDs[1].Shown, uint32(1), c.Owners.GIDs[0].Shown, uint32(200000))
@@ -192,6 +198,10 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"-o", "lowerdir=/a,fsync", "/m"}, `option "fsync" needs a value, as in fsync=1|0`},
 		{[]string{"-o", "lowerdir=/a,nosec=maybe", "/m"}, `option "nosec" is inherit, on or off, not "maybe"; write nosec=inherit, nosec=on or nosec=off`},
 		{[]string{"-o", "lowerdir=/a,nosec", "/m"}, `option "nosec" needs a value, as in nosec=inherit|on|off`},
+		{[]string{"-o", "lowerdir=/a,xattr_permissions=3", "/m"}, `option "xattr_permissions" is 0, 1 or 2, not "3"; write xattr_permissions=2 for user.containers.override_stat`},
+		{[]string{"-o", "lowerdir=/a,xattr_permissions=x", "/m"}, `option "xattr_permissions" is 0, 1 or 2, not "x"; write xattr_permissions=2 for user.containers.override_stat`},
+		{[]string{"-o", "lowerdir=/a,xattr_permissions=-1", "/m"}, `option "xattr_permissions" is 0, 1 or 2, not "-1"; write xattr_permissions=2 for user.containers.override_stat`},
+		{[]string{"-o", "lowerdir=/a,xattr_permissions", "/m"}, `option "xattr_permissions" needs a value, as in xattr_permissions=0|1|2`},
 	}
 	for _, tc := range tests {
 		cfg, err := parseArgs(tc.args)

@@ -102,6 +102,17 @@ func TestBadInput(t *testing.T) {
 			other, _ := mkdirs(t, base, "other", "unused")
 			return mnt, []string{"-o", "lowerdir=" + lower + "::" + other, mnt}
 		}, []string{"lowerdir"}},
+		{"xattr-permissions-3", func(t *testing.T, lower, mnt, base string) (string, []string) {
+			u, w := mkdirs(t, base, "upper", "work")
+			return mnt, []string{"-o", "lowerdir=" + lower + ",upperdir=" + u + ",workdir=" + w + ",xattr_permissions=3", mnt}
+		}, []string{"xattr_permissions", "0, 1 or 2", `"3"`}},
+		{"xattr-permissions-x", func(t *testing.T, lower, mnt, base string) (string, []string) {
+			u, w := mkdirs(t, base, "upper", "work")
+			return mnt, []string{"-o", "lowerdir=" + lower + ",upperdir=" + u + ",workdir=" + w + ",xattr_permissions=x", mnt}
+		}, []string{"xattr_permissions", "0, 1 or 2", `"x"`}},
+		{"xattr-permissions-empty", func(t *testing.T, lower, mnt, base string) (string, []string) {
+			return mnt, []string{"-o", "lowerdir=" + lower + ",xattr_permissions=", mnt}
+		}, []string{"xattr_permissions", "needs a value"}},
 		{"malformed-dangling-o", func(t *testing.T, lower, mnt, base string) (string, []string) {
 			return mnt, []string{mnt, "-o"}
 		}, []string{"-o|option"}},
