@@ -132,3 +132,46 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestListingAfterChanges: names whose lower layers' listings are cached
+// follow unlink, rename, create and rmdir through the mount at once, in
+// lookups and in readdir.
+func TestListingAfterChanges(t *testing.T) {
+	mnt, up, _ := nosecMount(t, NoSecInherit, false, listingLayers(t)...)
+	checkListingView(t, mnt) // reads every listing of d
+	d := mnt + "/d/"
+	for _, err := range []error{
+		os.Remove(d + "only2"),
+		os.Rename(d+"only1", d+"renamed"),
+		os.Rename(d+"all", d+"only0"),
+		os.WriteFile(d+"wh-char", []byte("new"), 0o644),
+		os.RemoveAll(d + "sub"),
+		os.Mkdir(d+"sub", 0o755),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"only0", "renamed", "sub", "wh-char"}
+	if got := names(t, mnt+"/d"); !slices.Equal(got, want) {
+		t.Errorf("d lists %q, want %q", got, want)
+	}
+	for name, data := range map[string]string{"only0": "0", "renamed": "x", "wh-char": "new"} {
+		if b, err := os.ReadFile(d + name); err != nil || string(b) != data {
+			t.Errorf("d/%s: %q, %v; want %q", name, b, err, data)
+		}
+	}
+	for _, name := range []string{"only1", "only2", "all", "sub/deep", "wh-aufs"} {
+		var st unix.Stat_t
+		if err := unix.Lstat(d+name, &st); err != unix.ENOENT {
+			t.Errorf("d/%s: %v, want ENOENT", name, err)
+		}
+	}
+	if got := names(t, mnt+"/d/sub"); len(got) != 0 {
+		t.Errorf("new sub lists %q, want nothing", got)
+	}
+	// And from the upper alone, as a later mount sees it.
+	if _, err := os.Lstat(up + "/d/sub"); err != nil {
+		t.Errorf("upper d/sub: %v", err)
+	}
+}
