@@ -49,8 +49,10 @@ func newRootlessPodman(t *testing.T, prog mountProgram, uid, gid int) *podman {
 			t.Fatal(err)
 		}
 	}
+	// cd "$S": podman chdirs to its cwd as the user, and the checkout
+	// (CI: under /root) need not be open to the user.
 	p.wrap = []string{"unshare", "-m", "--propagation", "private", "sh", "-c",
-		`mount --bind "$FUSE" /dev/fuse && exec setpriv --reuid "$U" --regid "$G" --init-groups ` +
+		`mount --bind "$FUSE" /dev/fuse && cd "$S" && exec setpriv --reuid "$U" --regid "$G" --init-groups ` +
 			`env -u XDG_CONFIG_HOME -u XDG_DATA_HOME HOME="$S/home" XDG_RUNTIME_DIR="$S/xdg" "$@"`, "sh"}
 	p.env = append(p.env, "FUSE="+filepath.Join(p.store, "fuse"), "U="+strconv.Itoa(uid), "G="+strconv.Itoa(gid), "S="+p.store)
 	// Runs before newPodman's cleanup (system reset), which needs the
