@@ -111,6 +111,9 @@ func (m Member) listing() *listing {
 	}
 	l, err := readListing(d, m.XWhiteouts)
 	if err != nil {
+		// Searchable but not readable (rootless, mode 0311), say: ask
+		// the layer name by name, without trying again each time.
+		d.lsNoCache.Store(true)
 		return nil
 	}
 	d.Layer.Counters.ListingsRead.Add(1)
