@@ -80,6 +80,15 @@ func readListing(d *Dir, xw bool) (*listing, error) {
 			e.mode = st.Mode & unix.S_IFMT
 			e.whiteout = IsWhiteout(&st) || (xw && e.mode == unix.S_IFREG && st.Size == 0 && d.isXattrWhiteout(de.Name))
 		}
+		if e.mode == unix.S_IFREG && !e.whiteout && d.Layer.Override != OverrideNone {
+			// A device, FIFO or socket kept as a plain file
+			// (containers/storage with force_mask): readdir's type
+			// must be the one stat shows (Override.Apply). Only
+			// layers that keep overrides pay the getxattr.
+			if o, ok := d.ReadOverride(de.Name); ok {
+				e.mode = o.Type(e.mode)
+			}
+		}
 		l.ents = append(l.ents, e)
 	}
 	l.byName = make([]uint32, len(l.ents))

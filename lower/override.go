@@ -198,17 +198,25 @@ func OverrideOf(st *unix.Stat_t) Override {
 // says, because the tree is walked by it.
 func (o Override) Apply(st *unix.Stat_t) {
 	st.Uid, st.Gid = o.Uid, o.Gid
-	t := o.Mode & unix.S_IFMT
-	if st.Mode&unix.S_IFMT == unix.S_IFREG {
-		switch t {
+	t := o.Type(st.Mode & unix.S_IFMT)
+	if t != st.Mode&unix.S_IFMT {
+		st.Rdev = o.Rdev
+		st.Size, st.Blocks = 0, 0
+	}
+	st.Mode = t | o.Mode&07777
+}
+
+// Type is the file type (S_IFMT bits) an object of real type real shows
+// with override o (Apply): the xattr's type where it turns a regular file
+// into a device, a FIFO or a socket, the real one otherwise.
+func (o Override) Type(real uint32) uint32 {
+	if real == unix.S_IFREG {
+		switch t := o.Mode & unix.S_IFMT; t {
 		case unix.S_IFCHR, unix.S_IFBLK, unix.S_IFIFO, unix.S_IFSOCK:
-			st.Mode = t | o.Mode&07777
-			st.Rdev = o.Rdev
-			st.Size, st.Blocks = 0, 0
-			return
+			return t
 		}
 	}
-	st.Mode = st.Mode&unix.S_IFMT | o.Mode&07777
+	return real
 }
 
 // ReadOverride reads the override of entry name in d (d itself when name

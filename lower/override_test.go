@@ -136,3 +136,79 @@ func TestDetectOverride(t *testing.T) {
 func unixOwnerMode(st *unix.Stat_t) string {
 	return fmt.Sprintf("%d:%d %o", st.Uid, st.Gid, st.Mode)
 }
+
+// TestReadDirOverrideType: readdir gives a device, FIFO or socket kept as a
+// plain file with an override naming its type the type stat shows, in a
+// cached read-only layer and in one read each time (upper); a layer that
+// keeps no overrides lists what is on disk, whatever xattrs its files
+// carry.
+func TestReadDirOverrideType(t *testing.T) {
+	s := newStack(t, 3)
+	s.layers[0].Upper = true
+	s.layers[0].Override = OverrideContainers
+	s.layers[1].Override = OverrideContainers
+	// Layer 2 keeps no overrides: OverrideNone.
+	kinds := map[string]struct {
+		xattr string
+		mode  uint32
+	}{
+		"null":  {"0:0:0666:char-1-3", unix.S_IFCHR},
+		"sda":   {"0:6:0660:block-8-0", unix.S_IFBLK},
+		"fifo":  {"0:0:0644:pipe", unix.S_IFIFO},
+		"sock":  {"0:0:0755:socket", unix.S_IFSOCK},
+		"plain": {"1:1:0600:file", unix.S_IFREG},
+		"old":   {"0:0:020666", unix.S_IFCHR}, // fuse-overlayfs ≤1.13: the whole st_mode
+		"bare":  {"", unix.S_IFREG},
+		"bad":   {"0:0:0666:char", unix.S_IFREG}, // unreadable: the real type
+	}
+	want := map[string]uint32{}
+	for i, prefix := range []string{"u-", "l-", "n-"} {
+		for name, k := range kinds {
+			s.file(t, i, prefix+name, "")
+			if k.xattr != "" {
+				s.setxattr(t, i, prefix+name, OverrideContainersXattr, k.xattr)
+			}
+			want[prefix+name] = k.mode
+			if prefix == "n-" {
+				want[prefix+name] = unix.S_IFREG
+			}
+		}
+	}
+	// A directory and a symlink keep their type whatever the xattr says.
+	s.dir(t, 1, "l-dir")
+	s.setxattr(t, 1, "l-dir", OverrideContainersXattr, "0:0:0755:file")
+	want["l-dir"] = unix.S_IFDIR
+	s.symlink(t, 1, "l-sl", "x")
+	want["l-sl"] = unix.S_IFLNK
+
+	for pass := range 2 { // the second pass reads layer 1's cached listing
+		ents, err := s.chain().ReadDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]uint32{}
+		for _, e := range ents {
+			got[e.Name] = e.Mode
+		}
+		for name, w := range want {
+			if got[name] != w {
+				t.Errorf("pass %d: %s listed with type %#o, want %#o", pass, name, got[name], w)
+			}
+		}
+		if len(got) != len(want) {
+			t.Errorf("pass %d: %d names listed, want %d", pass, len(got), len(want))
+		}
+	}
+	// And stat agrees where the layer keeps overrides.
+	for _, name := range []string{"u-null", "l-sda", "l-fifo", "u-sock", "l-plain", "l-old"} {
+		i := 0
+		if name[0] == 'l' {
+			i = 1
+		}
+		st := lstat(t, s.path(i, name))
+		s.layers[i].Root().ApplyOverride(name, &st)
+		if st.Mode&unix.S_IFMT != want[name] {
+			t.Errorf("stat %s: type %#o, readdir says %#o", name, st.Mode&unix.S_IFMT, want[name])
+		}
+	}
+}

@@ -119,6 +119,31 @@ func checkStats(t *testing.T, prog mountProgram, root string, want map[string]st
 	}
 }
 
+// checkDirType checks the type readdir (d_type) gives name in dir, for
+// goverlay; fuse-overlayfs's answer is only recorded.
+func checkDirType(t *testing.T, prog mountProgram, dir, name string, want os.FileMode, what string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Errorf("%s: %s readdir %s: %v", what, prog.name, dir, err)
+		return
+	}
+	for _, e := range ents {
+		if e.Name() != name {
+			continue
+		}
+		switch got := e.Type(); {
+		case got == want:
+		case prog.name == "goverlay":
+			t.Errorf("%s: readdir of %s gives %s the type %v, want %v (as stat says)", what, dir, name, got, want)
+		default:
+			t.Logf("%s: %s: readdir of %s gives %s the type %v (goverlay: %v)", what, prog.name, dir, name, got, want)
+		}
+		return
+	}
+	t.Errorf("%s: %s: readdir of %s does not list %s", what, prog.name, dir, name)
+}
+
 func sortedKeys(m map[string]string) []string {
 	var k []string
 	for r := range m {
@@ -163,7 +188,14 @@ func xpermContainers(t *testing.T, prog mountProgram) {
 	storageLeakCheck(t, prog, s.home)
 	// A device node as containers/storage extracts it without the
 	// privilege to make one: a plain file whose override names it.
-	testutil.NewLayer(t, s.bottom).File("dev/null", "", 0o600)
+	bl := testutil.NewLayer(t, s.bottom).File("dev/null", "", 0o600)
+	// Names before it, enough that the kernel lists null with a plain
+	// READDIR (READDIRPLUS_AUTO uses readdirplus for the first batch
+	// only), whose d_type comes from the listing; readdirplus's comes
+	// from the lookup.
+	for i := range 300 {
+		bl.File(fmt.Sprintf("dev/f%03d", i), "", 0o600)
+	}
 	forceMask(t, s, map[string]string{
 		"home/user":         "1000:1000",
 		"home/user/own.txt": "1000:1000",
@@ -181,6 +213,8 @@ func xpermContainers(t *testing.T, prog mountProgram) {
 	checkStats(t, prog, s.merged, map[string]string{".": "0:0 0755 dir"}, false, "the upper root")
 	// 1.15+ reads the type too; 1.10 shows a regular file.
 	checkStats(t, prog, s.merged, map[string]string{"dev/null": "0:0 0666 char-1-3"}, false, "a device kept as a plain file")
+	// readdir's d_type agrees with stat (goverlay; 1.10 says DT_REG).
+	checkDirType(t, prog, mp("dev"), "null", os.ModeDevice|os.ModeCharDevice, "a device kept as a plain file")
 	checkStats(t, prog, s.merged, map[string]string{
 		"bin/tool":          "0:0 0755 file",
 		"etc":               "0:0 0755 dir",
@@ -221,6 +255,7 @@ func xpermContainers(t *testing.T, prog mountProgram) {
 		{"symlink sl", func() error { return os.Symlink("keep.txt", mp("sl")) }},
 		{"mkfifo fifo 0640", func() error { return unix.Mkfifo(mp("fifo"), 0o640) }},
 		{"mknod null c 1 3 0620", func() error { return unix.Mknod(mp("null"), unix.S_IFCHR|0o620, int(unix.Mkdev(1, 3))) }},
+		{"chown 5:5 dev/null (copy-up of a device kept as a plain file)", func() error { return os.Lchown(mp("dev/null"), 5, 5) }},
 	}
 	old := unix.Umask(0)
 	for _, st := range steps {
@@ -247,7 +282,20 @@ func xpermContainers(t *testing.T, prog mountProgram) {
 		"sl":                "0:0 0777 symlink",    // owned for real
 		"fifo":              "0:0 0640 fifo",       // 1.10: 0755, the mode ignored
 		"null":              "0:0 0620 char-1-3",
+		"dev/null":          "5:5 0666 char-1-3", // copied up as a plain file with its override
 	}, false, "after changes through the mount")
+	// Now listed from the upper layer, read each time.
+	checkDirType(t, prog, mp("dev"), "null", os.ModeDevice|os.ModeCharDevice, "a device kept as a plain file, copied up")
+	if got, want := statLine(filepath.Join(s.upper, "dev/null")), "0:0 0755 file"; got != want && prog.name == "goverlay" {
+		t.Errorf("upper dev/null is really %q, want %q (a plain file, as in the image layer)", got, want)
+	}
+	if v, want := lxattr(filepath.Join(s.upper, "dev/null"), containersXattr), "5:5:0666:char-1-3"; v != want {
+		if prog.name == "goverlay" {
+			t.Errorf("upper dev/null has %s=%q, want %q", containersXattr, v, want)
+		} else {
+			t.Logf("%s: upper dev/null has %s=%q (goverlay: %q)", prog.name, containersXattr, v, want)
+		}
+	}
 	if got := statLine(mp("etc/passwd")); got != "0:0 0751 file" {
 		t.Logf("%s: chmod 0751 etc/passwd shows %q", prog.name, got)
 	}
