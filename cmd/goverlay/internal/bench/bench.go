@@ -152,12 +152,15 @@ Targets:
 		fmt.Fprintf(w, "  %-34s [%s] %s (%s)\n", wl.name, wl.group, wl.desc, wl.unit)
 	}
 	fmt.Fprintf(w, `
-The dircache workloads also report the FUSE requests that reached the
+The dircache workloads but mem-* also report the FUSE requests that reached the
 daemon per 1000 ops: counted on the fuse:fuse_request_send tracepoint
 (perf_event_open, root) on every FUSE target, and from the daemon's own
 counters (goverlay stats: lookups, negative_lookups, getattrs) on the
 goverlay targets. With them selected, every target's layers get three more
-lowers (the dircache trees) below the shared one.
+lowers (the dircache trees) below the shared one. mem-per-inode and
+mem-idle read the FUSE daemon's VmRSS (goverlay's from its pidfile,
+fuse-overlayfs's found in /proc); they show "-" on native and kernel,
+which have none, and lower is better.
 
 A target that cannot run here (not root, not installed, mount fails) is
 reported as skipped with the reason. Ctrl-C unmounts everything and removes

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +83,7 @@ func TestParseFlags(t *testing.T) {
 	if len(c.Targets) != len(allTargets) || strings.Join(c.Workloads, ",") != strings.Join(defaults, ",") {
 		t.Errorf("defaults: %d targets, workloads %v; want all targets and the default group", len(c.Targets), c.Workloads)
 	}
-	if len(defaults) != 14 || len(dircache) != 5 {
+	if len(defaults) != 14 || len(dircache) != 7 {
 		t.Errorf("groups: default %v, dircache %v", defaults, dircache)
 	}
 	if c.Duration != DefaultDuration || c.Runs != DefaultRuns || c.Scale != DefaultScale {
@@ -90,6 +91,11 @@ func TestParseFlags(t *testing.T) {
 	}
 
 	// Groups: dircache alone, all is both, and "warm" is a prefix.
+	// The mem-* workloads follow find-cold, before the other dircache ones.
+	if strings.Join(dircache[:3], ",") != "find-cold,mem-per-inode,mem-idle" {
+		t.Errorf("dircache order: %v", dircache)
+	}
+
 	for args, want := range map[string][]string{
 		"dircache":           dircache,
 		"all":                append(append([]string(nil), defaults...), dircache...),
@@ -97,6 +103,8 @@ func TestParseFlags(t *testing.T) {
 		"path-miss":          {"path-miss"},
 		"default,find-cold":  append(append([]string(nil), defaults...), "find-cold"),
 		"readdir-100k,untar": {"untar", "readdir-100k"},
+		"mem":                {"mem-per-inode", "mem-idle"},
+		"mem-idle,find-cold": {"find-cold", "mem-idle"},
 	} {
 		c, err := ParseFlags([]string{"--workloads", args, "--scale", "0.5"})
 		if err != nil {
@@ -572,13 +580,30 @@ func TestDircacheShortRun(t *testing.T) {
 		if !ran[res.Target] {
 			continue
 		}
-		if len(res.Samples) != 1 || len(res.Errors) > 0 || res.Samples[0] <= 0 {
-			t.Errorf("%s on %s: samples %v, errors %v", res.Workload, res.Target, res.Samples, res.Errors)
-		}
 		if !tableHasRow(table.String(), res.Workload, res.Target) {
 			t.Errorf("table has no row for %s on %s", res.Workload, res.Target)
 		}
 		fuse := res.Target == "goverlay" || res.Target == "fuse-overlayfs"
+		if strings.HasPrefix(res.Workload, "mem-") {
+			// Only the FUSE daemons have a memory to measure; at
+			// this scale the per-inode growth may round to 0.
+			if !fuse {
+				if !res.NotApplicable || len(res.Samples) != 0 || len(res.Errors) != 0 || res.VsKernel != nil {
+					t.Errorf("%s on %s: want not applicable, got %+v", res.Workload, res.Target, res)
+				}
+				continue
+			}
+			if res.NotApplicable || len(res.Samples) != 1 || len(res.Errors) > 0 || len(res.Requests) != 0 || res.VsKernel != nil {
+				t.Errorf("%s on %s: %+v", res.Workload, res.Target, res)
+			}
+			if res.Workload == "mem-idle" && len(res.Samples) == 1 && res.Samples[0] <= 0 {
+				t.Errorf("mem-idle on %s: %v MiB", res.Target, res.Samples)
+			}
+			continue
+		}
+		if len(res.Samples) != 1 || len(res.Errors) > 0 || res.Samples[0] <= 0 {
+			t.Errorf("%s on %s: samples %v, errors %v", res.Workload, res.Target, res.Samples, res.Errors)
+		}
 		if fuse != (len(res.Requests) == 1) {
 			t.Errorf("%s on %s: requests %+v", res.Workload, res.Target, res.Requests)
 			continue
@@ -594,7 +619,7 @@ func TestDircacheShortRun(t *testing.T) {
 			t.Errorf("%s on %s: no request types", res.Workload, res.Target)
 		}
 	}
-	for _, s := range []string{"FUSE REQ/1000 OPS", "DAEMON L+G/1000 OPS", "--scale 0.002", "Issue 5 goals"} {
+	for _, s := range []string{"FUSE REQ/1000 OPS", "DAEMON L+G/1000 OPS", "--scale 0.002", "Issue 5 goals", "≤ 1 KiB per cached inode", "idle daemon ≤ 20 MiB RSS"} {
 		if !strings.Contains(table.String(), s) {
 			t.Errorf("table lacks %q", s)
 		}
@@ -620,6 +645,262 @@ func TestDircacheShortRun(t *testing.T) {
 	}
 	if parsed.Config.Scale != 0.002 || parsed.Dircache.TreeDirs != 2 || parsed.Dircache.BigEntries != 200 || len(parsed.Goals) == 0 {
 		t.Errorf("JSON: scale %v, dircache %+v, goals %+v", parsed.Config.Scale, parsed.Dircache, parsed.Goals)
+	}
+	assertClean(t, scratch)
+}
+
+// TestMemoryReport: the mem-* workloads have no value on the targets
+// without a daemon; their rows are all "-", the JSON says so, no ratio
+// to the kernel is made up, the goals compare with fuse-overlayfs, and
+// the chart leaves them out when the kernel is the reference.
+func TestMemoryReport(t *testing.T) {
+	r := &Report{
+		Config: ReportConfig{Runs: 2, Workloads: []string{"stat-deep", "mem-per-inode", "mem-idle"}},
+		Targets: []*TargetStatus{{Name: "native", Status: "ok"}, {Name: "kernel", Status: "ok"},
+			{Name: "fuse-overlayfs", Status: "ok"}, {Name: "goverlay", Status: "ok"}, {Name: "goverlay-nosec-off", Status: "skipped", Reason: "test"}},
+	}
+	for _, tg := range []string{"native", "kernel", "fuse-overlayfs", "goverlay"} {
+		r.Results = append(r.Results, &Result{Workload: "stat-deep", Target: tg, HigherIsBetter: true, Samples: []float64{100, 200}})
+	}
+	mem := map[string][2][]float64{
+		"fuse-overlayfs": {{300, 320}, {3, 3.5}},
+		"goverlay":       {{900, 1000}, {30, 40}},
+	}
+	for _, tg := range []string{"native", "kernel", "fuse-overlayfs", "goverlay", "goverlay-nosec-off"} {
+		na := tg == "native" || tg == "kernel"
+		r.Results = append(r.Results,
+			&Result{Workload: "mem-per-inode", Target: tg, Unit: "bytes/inode", NotApplicable: na, Samples: mem[tg][0]},
+			&Result{Workload: "mem-idle", Target: tg, Unit: "MiB", NotApplicable: na, Samples: mem[tg][1]})
+	}
+	r.finish()
+	if r.Reference != "kernel" {
+		t.Fatalf("reference %q", r.Reference)
+	}
+	for _, w := range []string{"mem-per-inode", "mem-idle"} {
+		for _, tg := range []string{"native", "kernel", "fuse-overlayfs", "goverlay"} {
+			if res := r.result(w, tg); res.VsKernel != nil {
+				t.Errorf("%s on %s: VS KERNEL %v without a kernel value", w, tg, *res.VsKernel)
+			}
+		}
+	}
+	if res := r.result("mem-per-inode", "goverlay"); res.Median == nil || *res.Median != 950 {
+		t.Errorf("mem-per-inode median: %+v", res)
+	}
+
+	goals := map[string]Goal{}
+	for _, g := range r.Goals {
+		goals[g.Target+" "+g.Workload] = g
+	}
+	if g, ok := goals["goverlay mem-per-inode"]; !ok || !g.Met || !strings.Contains(g.Value, "950 bytes/inode (fuse-overlayfs: 310)") {
+		t.Errorf("mem-per-inode goal: %+v (present %v)", g, ok)
+	}
+	if g, ok := goals["goverlay mem-idle"]; !ok || g.Met || !strings.Contains(g.Value, "35.0 MiB (fuse-overlayfs: 3.25)") {
+		t.Errorf("mem-idle goal: %+v (present %v)", g, ok)
+	}
+	if _, ok := goals["fuse-overlayfs mem-idle"]; ok {
+		t.Errorf("a goal for fuse-overlayfs: %+v", r.Goals)
+	}
+
+	var table bytes.Buffer
+	r.WriteTable(&table)
+	rows := map[string][]string{}
+	for _, line := range strings.Split(table.String(), "\n") {
+		if f := strings.Fields(line); len(f) > 3 && strings.HasPrefix(f[0], "mem-") {
+			rows[f[0]+" "+f[1]] = f
+		}
+	}
+	for _, w := range []string{"mem-per-inode", "mem-idle"} {
+		for _, tg := range []string{"native", "kernel"} {
+			f := rows[w+" "+tg]
+			if len(f) < 7 || f[2] != "-" || f[3] != "-" || f[4] != "-" || f[6] != "-" {
+				t.Errorf("row %s %s: %q, want all -", w, tg, f)
+			}
+		}
+		if f := rows[w+" goverlay"]; len(f) < 7 || f[3] == "-" || f[6] != "-" {
+			t.Errorf("row %s goverlay: %q", w, f)
+		}
+		if _, ok := rows[w+" goverlay-nosec-off"]; ok {
+			t.Errorf("a row for the skipped target: %s", table.String())
+		}
+	}
+	if !strings.Contains(table.String(), "met") || !strings.Contains(table.String(), "missed") {
+		t.Errorf("table has no memory goals:\n%s", table.String())
+	}
+
+	var js bytes.Buffer
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var parsed struct {
+		Results []struct {
+			Workload, Target string
+			NotApplicable    bool `json:"not_applicable"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &parsed); err != nil {
+		t.Fatal(err)
+	}
+	na := 0
+	for _, res := range parsed.Results {
+		if res.NotApplicable {
+			na++
+			if !strings.HasPrefix(res.Workload, "mem-") || (res.Target != "native" && res.Target != "kernel") {
+				t.Errorf("JSON: %s on %s not applicable", res.Workload, res.Target)
+			}
+		}
+	}
+	if na != 4 {
+		t.Errorf("JSON: %d results not applicable, want 4", na)
+	}
+
+	// Normalised to the kernel, the chart has nothing to draw for them.
+	svg := filepath.Join(t.TempDir(), "bench.svg")
+	if err := r.WriteSVG(svg); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "stat-deep") || strings.Contains(string(data), "mem-idle") {
+		t.Errorf("SVG: want stat-deep and not mem-idle")
+	}
+}
+
+func TestParseVmRSS(t *testing.T) {
+	status := "Name:\tgoverlay\nVmPeak:\t  900 kB\nVmRSS:\t   12332 kB\nRssAnon:\t 5000 kB\n"
+	if n, err := parseVmRSS([]byte(status)); err != nil || n != 12332<<10 {
+		t.Errorf("parseVmRSS = %d, %v; want %d", n, err, 12332<<10)
+	}
+	for _, bad := range []string{"Name:\tx\n", "VmRSS:\t12 MB\n", "VmRSS:\n", "VmRSS:\tlots kB\n"} {
+		if n, err := parseVmRSS([]byte(bad)); err == nil {
+			t.Errorf("parseVmRSS(%q) = %d, no error", bad, n)
+		}
+	}
+	// Our own process has a resident set, and it settles.
+	if n, err := procRSS(os.Getpid()); err != nil || n <= 0 {
+		t.Errorf("procRSS(self) = %d, %v", n, err)
+	}
+	if n, err := settleRSS(context.Background(), os.Getpid()); err != nil || n <= 0 {
+		t.Errorf("settleRSS(self) = %d, %v", n, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := settleRSS(ctx, os.Getpid()); !errors.Is(err, context.Canceled) {
+		t.Errorf("settleRSS after cancel: %v", err)
+	}
+}
+
+func TestFindDaemon(t *testing.T) {
+	for _, c := range []struct {
+		cmdline string
+		want    bool
+	}{
+		{"/usr/bin/fuse-overlayfs\x00-o\x00lowerdir=/l\x00/tmp/x/mnt\x00", true},
+		{"fuse-overlayfs\x00-o\x00lowerdir=/l\x00/tmp/x/mnt", true},
+		{"fuse-overlayfs\x00-o\x00lowerdir=/l\x00/tmp/x/mnt2\x00", false},
+		{"goverlay\x00-o\x00lowerdir=/l\x00/tmp/x/mnt\x00", false},
+		{"/tmp/x/mnt\x00", false},
+		{"", false},
+	} {
+		if got := cmdlineMatches([]byte(c.cmdline), "fuse-overlayfs", "/tmp/x/mnt"); got != c.want {
+			t.Errorf("cmdlineMatches(%q) = %v", c.cmdline, got)
+		}
+	}
+
+	// A real process, found by its program and last argument.
+	arg := "3600." + strconv.Itoa(os.Getpid())
+	cmd := exec.Command("sleep", arg)
+	if err := cmd.Start(); err != nil {
+		t.Skipf("no sleep(1): %v", err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	if got := findDaemon("sleep", arg); got != cmd.Process.Pid {
+		t.Errorf("findDaemon = %d, want %d", got, cmd.Process.Pid)
+	}
+	inst := &instance{def: findTarget("fuse-overlayfs"), root: "/nonexistent/goverlay-bench-mnt"}
+	if pid, err := daemonPID(inst); err == nil {
+		t.Errorf("daemonPID for a mountpoint nothing serves = %d", pid)
+	}
+	inst = &instance{def: findTarget("goverlay"), pid: cmd.Process.Pid}
+	if pid, err := daemonPID(inst); err != nil || pid != cmd.Process.Pid {
+		t.Errorf("daemonPID(goverlay) = %d, %v", pid, err)
+	}
+}
+
+// TestMemShortRun runs the mem-* workloads alone at a tiny scale on
+// native, goverlay and fuse-overlayfs (when installed): the FUSE daemons
+// get a sample each, native none (not applicable, a row of "-"), no FUSE
+// request counter is set up since no selected workload counts requests,
+// and the memory goals are checked. Nothing about the figures themselves
+// is asserted but that an idle daemon has a resident set.
+func TestMemShortRun(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting and drop_caches need root")
+	}
+	bin := goverlayBinary(t)
+	scratch := t.TempDir()
+	var table bytes.Buffer
+	c := Config{
+		Binary:    bin,
+		Targets:   []string{"native", "fuse-overlayfs", "goverlay"},
+		Workloads: []string{"mem"},
+		Duration:  20 * time.Millisecond,
+		Runs:      1,
+		Scale:     0.01,
+		Dir:       scratch,
+		Out:       &table,
+	}
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, table.String())
+	}
+	t.Logf("table:\n%s", table.String())
+	if strings.Join(rep.Config.Workloads, ",") != "mem-per-inode,mem-idle" {
+		t.Errorf("workloads %v", rep.Config.Workloads)
+	}
+	ran := map[string]bool{}
+	for _, ts := range rep.Targets {
+		ran[ts.Name] = ts.Status == "ok"
+	}
+	if !ran["native"] || !ran["goverlay"] {
+		t.Fatalf("targets: %+v", rep.Targets)
+	}
+	for _, res := range rep.Results {
+		if !ran[res.Target] {
+			continue
+		}
+		if !tableHasRow(table.String(), res.Workload, res.Target) {
+			t.Errorf("table has no row for %s on %s", res.Workload, res.Target)
+		}
+		if res.Target == "native" {
+			if !res.NotApplicable || len(res.Samples) != 0 || len(res.Errors) != 0 {
+				t.Errorf("%s on native: %+v", res.Workload, res)
+			}
+			continue
+		}
+		if res.NotApplicable || len(res.Samples) != 1 || len(res.Errors) != 0 {
+			t.Errorf("%s on %s: samples %v, errors %v", res.Workload, res.Target, res.Samples, res.Errors)
+			continue
+		}
+		if res.Workload == "mem-idle" && res.Samples[0] <= 0 {
+			t.Errorf("mem-idle on %s: %v MiB", res.Target, res.Samples[0])
+		}
+	}
+	if rep.RequestCounting != "" || strings.Contains(table.String(), "FUSE REQ/1000 OPS") {
+		t.Errorf("request counting set up for workloads that count none: %q", rep.RequestCounting)
+	}
+	goals := 0
+	for _, g := range rep.Goals {
+		if g.Target == "goverlay" && strings.HasPrefix(g.Workload, "mem-") {
+			goals++
+		}
+	}
+	if goals != 2 {
+		t.Errorf("memory goals: %+v", rep.Goals)
 	}
 	assertClean(t, scratch)
 }

@@ -245,15 +245,16 @@ func countDirents(buf []byte) int {
 // direntBuf is the getdents buffer size, glibc's readdir's.
 const direntBuf = 32 << 10
 
-// dropCaches writes 3 to /proc/sys/vm/drop_caches: the page cache, the
-// dentries and inodes go (on a FUSE mount the kernel then FORGETs the
-// daemon's inodes). Dirty data was synced before each workload.
-func dropCaches() error {
+// dropCaches writes what to /proc/sys/vm/drop_caches: 3 drops the page
+// cache, the dentries and the inodes, 2 only the dentries and inodes. On a
+// FUSE mount the kernel then FORGETs the daemon's inodes. Dirty data was
+// synced before each workload.
+func dropCaches(what int) error {
 	f, err := os.OpenFile("/proc/sys/vm/drop_caches", os.O_WRONLY, 0)
 	if err != nil {
-		return fmt.Errorf("drop caches (find-cold needs root): %w", err)
+		return fmt.Errorf("drop caches (needs root): %w", err)
 	}
-	if _, err := f.WriteString("3\n"); err != nil {
+	if _, err := fmt.Fprintf(f, "%d\n", what); err != nil {
 		f.Close()
 		return fmt.Errorf("drop caches: %w", err)
 	}
@@ -267,7 +268,7 @@ func dropCaches() error {
 // file was seen.
 func findCold(ctx context.Context, inst *instance, b *bencher) (sample, error) {
 	unix.Sync()
-	if err := dropCaches(); err != nil {
+	if err := dropCaches(3); err != nil {
 		return sample{}, err
 	}
 	var elapsed float64

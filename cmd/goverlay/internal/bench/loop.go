@@ -65,7 +65,8 @@ func newBencher(ctx context.Context, c Config, cl *cleanups) (*bencher, error) {
 	}
 	for _, w := range b.workloads {
 		for _, t := range b.targets {
-			r := &Result{Workload: w.name, Target: t.def.name, Unit: w.unit, HigherIsBetter: w.higherIsBetter}
+			r := &Result{Workload: w.name, Target: t.def.name, Unit: w.unit, HigherIsBetter: w.higherIsBetter,
+				NotApplicable: !w.applies(t.def)}
 			b.results[[2]string{w.name, t.def.name}] = r
 			b.rep.Results = append(b.rep.Results, r)
 		}
@@ -121,7 +122,7 @@ func (b *bencher) setupDircache() error {
 	}
 	b.dc = newDCLayout(b.cfg.Scale)
 	b.rep.Dircache = &b.dc
-	withTree, withBig := b.wants("find-cold"), b.wants("readdir-100k")
+	withTree, withBig := b.wants("find-cold") || b.wants("mem-per-inode"), b.wants("readdir-100k")
 	if withTree || withBig {
 		for i := 0; i < dcLayers; i++ {
 			b.dcLowers = append(b.dcLowers, dcLayerDir(b.root, i))
@@ -137,11 +138,14 @@ func (b *bencher) setupDircache() error {
 			return fmt.Errorf("bench: build the dircache layers: %w", err)
 		}
 	}
-	fuse := false
+	fuse, counts := false, false
 	for _, t := range b.targets {
-		fuse = fuse || (t.skip == "" && (t.def.kind == kindGoverlay || t.def.kind == kindFuseOverlayfs))
+		fuse = fuse || (t.skip == "" && hasDaemon(t.def))
 	}
-	if fuse {
+	for _, w := range b.workloads {
+		counts = counts || w.countsRequests
+	}
+	if fuse && counts {
 		b.tracer = newFuseTracer()
 		b.rep.RequestCounting = "fuse:fuse_request_send tracepoint (perf_event_open on every CPU, filtered on the mount's connection)"
 		if b.tracer.err != nil {
@@ -210,7 +214,7 @@ func (b *bencher) round(round int) {
 				return
 			}
 			inst := findInstance(live, ts)
-			if inst == nil {
+			if inst == nil || !w.applies(ts.def) {
 				b.prog.add()
 				continue
 			}

@@ -95,15 +95,19 @@ type TargetStatus struct {
 
 // Result is one (workload, target).
 type Result struct {
-	Workload       string    `json:"workload"`
-	Target         string    `json:"target"`
-	Unit           string    `json:"unit"`
-	HigherIsBetter bool      `json:"higher_is_better"`
-	Samples        []float64 `json:"samples"`
-	Errors         []string  `json:"errors,omitempty"`
-	Min            *float64  `json:"min,omitempty"`
-	Median         *float64  `json:"median,omitempty"`
-	Max            *float64  `json:"max,omitempty"`
+	Workload       string `json:"workload"`
+	Target         string `json:"target"`
+	Unit           string `json:"unit"`
+	HigherIsBetter bool   `json:"higher_is_better"`
+	// NotApplicable is set when the workload means nothing on the target
+	// (the mem-* workloads on a target without a daemon): it has no
+	// samples, and its row is all "-".
+	NotApplicable bool      `json:"not_applicable,omitempty"`
+	Samples       []float64 `json:"samples"`
+	Errors        []string  `json:"errors,omitempty"`
+	Min           *float64  `json:"min,omitempty"`
+	Median        *float64  `json:"median,omitempty"`
+	Max           *float64  `json:"max,omitempty"`
 	// VsKernel is the median's performance relative to the reference
 	// target's: median/reference when higher is better, reference/median
 	// when lower is (path-miss), so that above 1 is always faster.
@@ -327,8 +331,35 @@ func (r *Report) goals() []Goal {
 					Value: fmt.Sprintf("%s ops/s = %.2f× fuse-overlayfs", fmtNum(v), x), Met: x >= 3})
 			}
 		}
+		for _, m := range []struct {
+			goal, workload string
+			max            float64
+		}{
+			{"≤ 1 KiB per cached inode", "mem-per-inode", 1024},
+			{"idle daemon ≤ 20 MiB RSS", "mem-idle", 20},
+		} {
+			res := r.result(m.workload, t.Name)
+			if res == nil || res.Median == nil {
+				continue
+			}
+			v := fmt.Sprintf("%s %s", fmtNum(*res.Median), res.Unit)
+			if f := r.result(m.workload, "fuse-overlayfs"); f != nil && f.Median != nil {
+				v += fmt.Sprintf(" (fuse-overlayfs: %s)", fmtNum(*f.Median))
+			}
+			out = append(out, Goal{Goal: m.goal, Target: t.Name, Workload: m.workload, Value: v, Met: *res.Median <= m.max})
+		}
 	}
 	return out
+}
+
+// targetOK reports whether target was not skipped.
+func (r *Report) targetOK(target string) bool {
+	for _, t := range r.Targets {
+		if t.Name == target {
+			return t.Status == "ok"
+		}
+	}
+	return false
 }
 
 // ran reports whether target has at least one sample.
@@ -402,7 +433,7 @@ func (r *Report) writeTable(w io.Writer) {
 	}
 
 	if d := r.Dircache; d != nil {
-		fmt.Fprintf(w, "dircache workloads at --scale %g: find-cold %s files in %s directories, readdir-100k %s entries (%s in the upper), create-unlink-100k %s files\n",
+		fmt.Fprintf(w, "dircache workloads at --scale %g: find-cold and mem-per-inode %s files in %s directories, readdir-100k %s entries (%s in the upper), create-unlink-100k %s files\n",
 			d.Scale, fmtInt(d.treeFiles()), fmtInt(d.TreeDirs), fmtInt(d.BigEntries), fmtInt(d.BigUpper), fmtInt(d.Creates))
 	}
 	if r.RequestCounting != "" {
@@ -431,7 +462,7 @@ func (r *Report) writeTable(w io.Writer) {
 	rows := [][]string{header}
 	var prev string
 	for _, res := range r.Results {
-		if len(res.Samples) == 0 && len(res.Errors) == 0 {
+		if len(res.Samples) == 0 && len(res.Errors) == 0 && !(res.NotApplicable && r.targetOK(res.Target)) {
 			continue // a skipped target
 		}
 		if prev != "" && res.Workload != prev {
@@ -441,7 +472,7 @@ func (r *Report) writeTable(w io.Writer) {
 		row := []string{res.Workload, res.Target, "-", "-", "-", res.Unit, "-", "-"}
 		if res.Median != nil {
 			row[2], row[3], row[4] = fmtNum(*res.Min), fmtNum(*res.Median), fmtNum(*res.Max)
-		} else {
+		} else if !res.NotApplicable {
 			row[3] = "error"
 		}
 		if res.VsKernel != nil {
@@ -493,7 +524,7 @@ func (r *Report) writeTable(w io.Writer) {
 	}
 
 	if len(r.Goals) > 0 {
-		fmt.Fprintf(w, "\nIssue 5 goals (fast-exec directory cache), on the goverlay targets\n\n")
+		fmt.Fprintf(w, "\nIssue 5 goals (fast-exec directory cache, bounded memory), on the goverlay targets\n\n")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		grows := [][]string{{"GOAL", "TARGET", "WORKLOAD", "MEDIAN", "MET"}}
 		for _, g := range r.Goals {
@@ -517,7 +548,7 @@ func (r *Report) writeTable(w io.Writer) {
 		cmp = append(cmp, []string{res.Workload, fmtNum(*res.Median), fmtNum(*off.Median), res.Unit, fmt.Sprintf("%.2f", *res.VsNoSecOff)})
 	}
 	if len(cmp) > 0 {
-		fmt.Fprintf(w, "\ngoverlay vs goverlay-nosec-off (medians; ratio above 1: goverlay is faster)\n\n")
+		fmt.Fprintf(w, "\ngoverlay vs goverlay-nosec-off (medians; ratio above 1: goverlay is faster, or for bytes and MiB smaller)\n\n")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		writeRows(tw, append([][]string{{"WORKLOAD", "GOVERLAY", "NOSEC-OFF", "UNIT", "RATIO"}}, cmp...), []bool{false, true, true, false, true})
 		tw.Flush()

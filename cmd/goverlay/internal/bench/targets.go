@@ -112,7 +112,9 @@ type instance struct {
 	// upper directory.
 	root string
 	dir  string
-	pid  int // goverlay's daemon
+	// pid is the FUSE daemon's: goverlay's from its pidfile at mount,
+	// fuse-overlayfs's looked up when a workload needs it (daemonPID).
+	pid int
 	// conn is a FUSE target's connection number, for the request
 	// counter; 0 when there is none or no counter.
 	conn uint64

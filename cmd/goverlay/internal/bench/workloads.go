@@ -23,7 +23,18 @@ type workloadDef struct {
 	higherIsBetter   bool
 	// group is the workload's group: "default" or "dircache".
 	group string
-	run   func(ctx context.Context, inst *instance, b *bencher) (sample, error)
+	// appliesTo says which targets the workload means something on; nil
+	// is every target. The others get no sample and show "-".
+	appliesTo func(*targetDef) bool
+	// countsRequests: the workload counts the FUSE requests of its timed
+	// part (countRequests), so the request counter is set up for it.
+	countsRequests bool
+	run            func(ctx context.Context, inst *instance, b *bencher) (sample, error)
+}
+
+// applies says whether w is run on t.
+func (w *workloadDef) applies(t *targetDef) bool {
+	return w.appliesTo == nil || w.appliesTo(t)
 }
 
 // The workload groups --workloads takes besides names and prefixes; "all"
@@ -123,27 +134,34 @@ var allWorkloads = func() []*workloadDef {
 	for _, w := range ws {
 		w.group = groupDefault
 	}
-	// The dircache group comes last, find-cold first in it, so that its
-	// cache drops come after every default workload of the round.
+	// The dircache group comes last, find-cold and the mem-* workloads
+	// first in it, so that their cache drops come after every default
+	// workload of the round.
 	full := newDCLayout(1)
 	dc := []*workloadDef{
 		{name: "find-cold", unit: "entries/s", higherIsBetter: true,
 			desc: fmt.Sprintf("drop caches (root), then walk %s files in %s directories spread over 3 lowers (getdents64, lstat of each entry)",
 				fmtNum(float64(full.treeFiles())), fmtNum(float64(full.TreeDirs))),
-			run: findCold},
+			countsRequests: true, run: findCold},
+		{name: "mem-per-inode", unit: "bytes/inode", higherIsBetter: false,
+			desc:      "FUSE daemons only: drop dentries and inodes (root), then the daemon's VmRSS growth over a walk of find-cold's tree, per entry",
+			appliesTo: hasDaemon, run: memPerInode},
+		{name: "mem-idle", unit: "MiB", higherIsBetter: false,
+			desc:      fmt.Sprintf("FUSE daemons only: drop dentries and inodes (root), then the daemon's VmRSS once it stops falling (at most %v)", rssSettleLimit),
+			appliesTo: hasDaemon, run: memIdle},
 		{name: "readdir-100k", unit: "entries/s", higherIsBetter: true,
 			desc: fmt.Sprintf("warm readdir (getdents64, names only) of one directory of %s entries merged from 3 lowers and the upper",
 				fmtNum(dcFullBig)),
-			run: readdirBig},
+			countsRequests: true, run: readdirBig},
 		{name: "create-unlink-100k", unit: "ops/s", higherIsBetter: true,
-			desc: fmt.Sprintf("create then unlink %s empty files in a fresh directory (each phase stops after %v)", fmtNum(dcFullCreates), createUnlinkCap),
-			run:  createUnlink},
+			desc:           fmt.Sprintf("create then unlink %s empty files in a fresh directory (each phase stops after %v)", fmtNum(dcFullCreates), createUnlinkCap),
+			countsRequests: true, run: createUnlink},
 		{name: "warm-stat", unit: "ops/s", higherIsBetter: true,
-			desc: fmt.Sprintf("%d warm stat() of %s; counts the FUSE requests", warmOps, deepPath),
-			run:  warmStat},
+			desc:           fmt.Sprintf("%d warm stat() of %s; counts the FUSE requests", warmOps, deepPath),
+			countsRequests: true, run: warmStat},
 		{name: "warm-path-miss", unit: "ops/s", higherIsBetter: true,
-			desc: fmt.Sprintf("%d warm stat() of a missing name in each of the 7 PATH directories; counts the FUSE requests", warmOps),
-			run:  warmPathMiss},
+			desc:           fmt.Sprintf("%d warm stat() of a missing name in each of the 7 PATH directories; counts the FUSE requests", warmOps),
+			countsRequests: true, run: warmPathMiss},
 	}
 	for _, w := range dc {
 		w.group = groupDircache
