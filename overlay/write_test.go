@@ -428,3 +428,67 @@ func TestTmpfile(t *testing.T) {
 		t.Errorf("workdir/work holds %v after the tmpfiles are linked or closed", got)
 	}
 }
+
+// TestCreateOwnerAndMode: files an unprivileged caller creates belong to
+// it (the group of a setgid directory), with the mode it asked less its
+// umask, wherever they are made: a merged directory, an upper-only one, a
+// setgid one, over a whiteout, and through O_RDONLY|O_CREAT; the workdir
+// is left empty.
+func TestCreateOwnerAndMode(t *testing.T) {
+	umask := uint32(syscall.Umask(0))
+	syscall.Umask(int(umask))
+	for _, m := range matrix {
+		t.Run(m.name, func(t *testing.T) {
+			lo := openDir(t)
+			for _, d := range []string{"merged", "sgid"} {
+				if err := os.Mkdir(lo+"/"+d, 0o777); err != nil {
+					t.Fatal(err)
+				}
+				os.Chmod(lo+"/"+d, 0o777)
+			}
+			os.Chown(lo+"/sgid", 0, 4321)
+			unix.Chmod(lo+"/sgid", 0o2777)
+			write(t, lo+"/merged/gone", "lower")
+			os.Chmod(lo+"/merged/gone", 0o666)
+			up, work := openDir(t), openDir(t)
+			mnt, _ := mountFS(t, Options{Lower: []string{lo}, Upper: up, Work: work, NoSec: m.mode, Passthrough: m.passthrough, AllowOther: true})
+			run(t, asNobody, "umask 027 && cd "+mnt+" && mkdir -m 777 merged/new && mkdir sgid/d && "+
+				": > merged/a && echo x > merged/new/b && : > sgid/c && "+
+				"rm merged/gone && echo again > merged/gone")
+			// O_RDONLY|O_CREAT, as root: the workdir path.
+			fd, err := unix.Open(mnt+"/merged/ro", unix.O_RDONLY|unix.O_CREAT|unix.O_EXCL, 0o604)
+			if err != nil {
+				t.Fatal(err)
+			}
+			unix.Close(fd)
+			want := map[string][3]uint32{
+				"merged/a":     {0o640, 65534, 65534},
+				"merged/new":   {unix.S_IFDIR | 0o777, 65534, 65534},
+				"merged/new/b": {0o640, 65534, 65534},
+				"sgid/c":       {0o640, 65534, 4321},
+				"sgid/d":       {unix.S_IFDIR | unix.S_ISGID | 0o750, 65534, 4321},
+				"merged/gone":  {0o640, 65534, 65534},
+			}
+			for rel, w := range want {
+				var st unix.Stat_t
+				if err := unix.Lstat(up+"/"+rel, &st); err != nil {
+					t.Errorf("%s: %v", rel, err)
+					continue
+				}
+				wantMode := w[0]
+				if wantMode&unix.S_IFMT == 0 {
+					wantMode |= unix.S_IFREG
+				}
+				if st.Mode != wantMode || st.Uid != w[1] || st.Gid != w[2] {
+					t.Errorf("%s: mode %#o owner %d:%d, want %#o %d:%d", rel, st.Mode, st.Uid, st.Gid, wantMode, w[1], w[2])
+				}
+			}
+			if got := readFile(t, mnt+"/merged/gone"); got != "again\n" {
+				t.Errorf("merged/gone: %q", got)
+			}
+			if ents, _ := os.ReadDir(work + "/work"); len(ents) != 0 {
+				t.Errorf("left in workdir/work: %v", ents)
+			}
+		})
+	}
+}

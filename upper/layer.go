@@ -61,6 +61,9 @@ type Layer struct {
 
 	opts Options
 	seq  atomic.Uint64
+	// tmpfile says how createTmpfile links an unnamed file
+	// (probeTmpfile), or that it cannot.
+	tmpfile int
 }
 
 // workName is the scratch subdirectory, as the kernel names it
@@ -99,6 +102,7 @@ func Open(u *lower.Layer, workPath string, o Options) (*Layer, error) {
 		return nil, fmt.Errorf("clean %s/%s: %w", workPath, workName, err)
 	}
 	l.Whiteouts = l.probeWhiteouts()
+	l.tmpfile = l.probeTmpfile()
 	return l, nil
 }
 
