@@ -105,9 +105,13 @@ func (l *Layer) createTmpfile(d *lower.Dir, name string, o Object) (int, error) 
 	if err != nil {
 		return -1, err
 	}
-	// Owner first: chown clears suid/sgid; then the exact mode (the
-	// process umask applied to the open).
-	if err = unix.Fchown(fd, int(o.Uid), int(o.Gid)); err == nil {
+	// Owner first, unless the file has it already (the daemon's own, as
+	// probed): chown clears suid/sgid. Then the exact mode (the process
+	// umask applied to the open).
+	if o.Uid != l.tmpOwner[0] || o.Gid != l.tmpOwner[1] {
+		err = unix.Fchown(fd, int(o.Uid), int(o.Gid))
+	}
+	if err == nil {
 		err = unix.Fchmod(fd, o.Mode&07777)
 	}
 	if err == nil {
@@ -143,11 +147,17 @@ func (l *Layer) linkFd(fd, dfd int, name string) error {
 
 // probeTmpfile finds how O_TMPFILE files can be made in the workdir and
 // linked (tmpfileEmptyPath, tmpfileProc), by linking one into the workdir
-// and removing it again.
+// and removing it again, and records the owner such a file gets
+// (l.tmpOwner: the daemon's fsuid, and its fsgid or the workdir's group).
 func (l *Layer) probeTmpfile() int {
 	for _, how := range []int{tmpfileEmptyPath, tmpfileProc} {
 		fd, err := unix.Openat(l.wfd, ".", unix.O_RDWR|unix.O_TMPFILE|unix.O_CLOEXEC, 0o600)
 		if err != nil {
+			return tmpfileNone
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
 			return tmpfileNone
 		}
 		l.tmpfile = how
@@ -156,6 +166,7 @@ func (l *Layer) probeTmpfile() int {
 		unix.Close(fd)
 		if err == nil {
 			unix.Unlinkat(l.wfd, name, 0)
+			l.tmpOwner = [2]uint32{st.Uid, st.Gid}
 			return how
 		}
 	}

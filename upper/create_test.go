@@ -769,6 +769,19 @@ func TestCreateFileLinkMethods(t *testing.T) {
 				t.Errorf("content %q", got)
 			}
 			e.wantWorkEmpty(t)
+			// The daemon's own owner (no chown), other groups.
+			for i, owner := range [][2]uint32{e.l.tmpOwner, {e.l.tmpOwner[0], 5678}, {1234, e.l.tmpOwner[1]}} {
+				n := name + "-" + strconv.Itoa(i)
+				o := Object{Mode: unix.S_IFREG | 0o2755, Uid: owner[0], Gid: owner[1], Flags: unix.O_WRONLY}
+				fd, err := e.l.Create(root, n, o, OverNothing)
+				if err != nil {
+					t.Fatal(err)
+				}
+				unix.Close(fd)
+				if st := lstat(t, e.upper(n)); st.Mode != o.Mode || st.Uid != o.Uid || st.Gid != o.Gid {
+					t.Errorf("%s: mode %#o owner %d:%d, want %#o %d:%d", n, st.Mode, st.Uid, st.Gid, o.Mode, o.Uid, o.Gid)
+				}
+			}
 			// A taken name: EEXIST, the file there untouched.
 			if fd, err := e.l.Create(root, name, Object{Mode: unix.S_IFREG | 0o600, Flags: unix.O_WRONLY}, OverNothing); !errors.Is(err, unix.EEXIST) {
 				if fd >= 0 {

@@ -64,6 +64,9 @@ type Layer struct {
 	// tmpfile says how createTmpfile links an unnamed file
 	// (probeTmpfile), or that it cannot.
 	tmpfile int
+	// tmpOwner is the uid and gid an O_TMPFILE file in the workdir
+	// starts with (probeTmpfile): createTmpfile chowns only to others.
+	tmpOwner [2]uint32
 }
 
 // workName is the scratch subdirectory, as the kernel names it
