@@ -1,9 +1,10 @@
 // Package upper writes the upper layer in the kernel overlay's on-disk
 // format: copy-up through the workdir, whiteouts, opaque directories.
 //
-// Every new object is built in the workdir and published with one rename,
-// so a reader never sees it half made, and a crash leaves at most a stray
-// entry in the workdir, which Open removes at the next mount.
+// Every new object is built in the workdir and published with one rename
+// or, for a new regular file, made unnamed (O_TMPFILE) and published with
+// one linkat, so a reader never sees it half made, and a crash leaves at
+// most a stray entry in the workdir, which Open removes at the next mount.
 package upper
 
 import (
