@@ -189,7 +189,10 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 //     not negotiated), and without the writeback cache (never negotiated:
 //     it excludes passthrough) the kernel has no dirty pages to write
 //     back at close — writes are sent through, and the pages of a shared
-//     writable mapping are written when it is unmapped (fuse_vma_close()).
+//     writable mapping are written when it is unmapped (fuse_vma_close())
+//     or by periodic writeback, no longer also at a close(2) of a
+//     descriptor while the mapping lives on (a passthrough handle maps the
+//     upper file itself).
 //     The kernel honours the flag only without the writeback cache
 //     (fuse_flush()); the passthrough mask allows it.
 const handleOpenFlags = fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH
