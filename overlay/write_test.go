@@ -1,7 +1,9 @@
 package overlay
 
 import (
+	"bytes"
 	"errors"
+	stdlog "log"
 	"os"
 	"strings"
 	"sync"
@@ -491,4 +493,84 @@ func TestCreateOwnerAndMode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for go-fuse's debug logger.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestNoFlushOnClose: opens say FOPEN_NOFLUSH, so close(2) sends no FLUSH
+// (created, written, read-only and read-write files alike), and what a
+// shared writable mapping wrote is in the upper file once it is unmapped,
+// after its descriptor was closed.
+func TestNoFlushOnClose(t *testing.T) {
+	for _, m := range matrix {
+		t.Run(m.name, func(t *testing.T) {
+			lo := t.TempDir()
+			write(t, lo+"/ro", "read me")
+			write(t, lo+"/mapped", strings.Repeat("-", 8192))
+			var log syncBuffer
+			up, work := t.TempDir(), t.TempDir()
+			mnt, _ := mountFS(t, Options{Lower: []string{lo}, Upper: up, Work: work, NoSec: m.mode, Passthrough: m.passthrough,
+				Debug: true, Logger: stdlog.New(&log, "", 0)})
+			if err := os.WriteFile(mnt+"/new", []byte("new"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if got := readFile(t, mnt+"/ro"); got != "read me" {
+				t.Errorf("ro: %q", got)
+			}
+			fd, err := unix.Open(mnt+"/mapped", unix.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mem, err := unix.Mmap(fd, 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+			if err != nil {
+				unix.Close(fd)
+				t.Fatal(err)
+			}
+			copy(mem[4096:], "through the mapping")
+			unix.Close(fd)
+			if err := unix.Munmap(mem); err != nil {
+				t.Fatal(err)
+			}
+			if got := readFile(t, up+"/mapped"); got[4096:4096+19] != "through the mapping" {
+				t.Errorf("upper file after munmap: %q", got[4090:4120])
+			}
+			if got := readFile(t, up+"/new"); got != "new" {
+				t.Errorf("new: %q", got)
+			}
+			// go-fuse's own poll probe at mount (node ^0) is not ours.
+			if fl := grepLines(log.String(), ": FLUSH ", "FLUSH n18446744073709551615 "); fl != "" {
+				t.Errorf("FLUSH requests sent:\n%s", fl)
+			}
+			if !strings.Contains(log.String(), ": RELEASE ") {
+				t.Errorf("no RELEASE in the debug log: the check above saw nothing")
+			}
+		})
+	}
+}
+
+// grepLines returns the lines of s that contain sub and not except.
+func grepLines(s, sub, except string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) && !strings.Contains(l, except) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
