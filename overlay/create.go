@@ -69,7 +69,12 @@ func (n *node) create(ctx context.Context, name string, o upper.Object, out *fus
 		return nil, -1, errno(err)
 	}
 	e := &lower.Entry{Parent: lower.Member{Dir: pd}}
-	err = pd.Stat(name, &e.Stat)
+	if fd >= 0 {
+		// The new file's own fd: no name to look up again.
+		err = unix.Fstat(fd, &e.Stat)
+	} else {
+		err = pd.Stat(name, &e.Stat)
+	}
 	pd.ApplyOverride(name, &e.Stat)
 	if err == nil && e.IsDir() {
 		var d *lower.Dir
@@ -102,7 +107,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	return child, newHandle(child.Operations().(*node), fd, true, true), fuse.FOPEN_KEEP_CACHE, 0
+	return child, newHandle(child.Operations().(*node), fd, true, true), handleOpenFlags, 0
 }
 
 var _ = (fs.NodeMkdirer)((*node)(nil))

@@ -5,7 +5,6 @@ import (
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
 
@@ -48,9 +47,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, errno(err)
 	}
-	// The layers change only through this mount, which keeps the page
-	// cache right itself: the kernel may keep a file's pages across opens.
-	return newHandle(n, fd, par.Layer.Upper, write), fuse.FOPEN_KEEP_CACHE, 0
+	return newHandle(n, fd, par.Layer.Upper, write), handleOpenFlags, 0
 }
 
 var _ = (fs.NodeReadlinker)((*node)(nil))

@@ -45,7 +45,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	child := n.NewInode(ctx, c, fs.StableAttr{Mode: unix.S_IFREG, Ino: n.ofs.ino.ino(e.Stat.Dev, e.Stat.Ino)})
 	c.fillAttr(&e.Stat, &out.Attr)
 	c.setEntryTimeouts(out)
-	return child, newHandle(c, fd, true, true), fuse.FOPEN_KEEP_CACHE, 0
+	return child, newHandle(c, fd, true, true), handleOpenFlags, 0
 }
 
 // linkTemp gives the O_TMPFILE file t its first name, name in the upper

@@ -1,8 +1,11 @@
 package overlay
 
 import (
+	"bytes"
 	"errors"
+	stdlog "log"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -427,4 +430,167 @@ func TestTmpfile(t *testing.T) {
 	if len(got) != 0 {
 		t.Errorf("workdir/work holds %v after the tmpfiles are linked or closed", got)
 	}
+}
+
+// TestCreateOwnerAndMode: files an unprivileged caller creates belong to
+// it (the group of a setgid directory), with the mode it asked less its
+// umask, wherever they are made: a merged directory, an upper-only one, a
+// setgid one, over a whiteout, and through O_RDONLY|O_CREAT; the workdir
+// is left empty.
+func TestCreateOwnerAndMode(t *testing.T) {
+	umask := uint32(syscall.Umask(0))
+	syscall.Umask(int(umask))
+	for _, m := range matrix {
+		t.Run(m.name, func(t *testing.T) {
+			lo := openDir(t)
+			for _, d := range []string{"merged", "sgid"} {
+				if err := os.Mkdir(lo+"/"+d, 0o777); err != nil {
+					t.Fatal(err)
+				}
+				os.Chmod(lo+"/"+d, 0o777)
+			}
+			os.Chown(lo+"/sgid", 0, 4321)
+			unix.Chmod(lo+"/sgid", 0o2777)
+			write(t, lo+"/merged/gone", "lower")
+			os.Chmod(lo+"/merged/gone", 0o666)
+			up, work := openDir(t), openDir(t)
+			mnt, _ := mountFS(t, Options{Lower: []string{lo}, Upper: up, Work: work, NoSec: m.mode, Passthrough: m.passthrough, AllowOther: true})
+			run(t, asNobody, "umask 027 && cd "+mnt+" && mkdir -m 777 merged/new && mkdir sgid/d && "+
+				": > merged/a && echo x > merged/new/b && : > sgid/c && "+
+				"rm merged/gone && echo again > merged/gone")
+			// O_RDONLY|O_CREAT, as root: the workdir path.
+			fd, err := unix.Open(mnt+"/merged/ro", unix.O_RDONLY|unix.O_CREAT|unix.O_EXCL, 0o604)
+			if err != nil {
+				t.Fatal(err)
+			}
+			unix.Close(fd)
+			want := map[string][3]uint32{
+				"merged/a":     {0o640, 65534, 65534},
+				"merged/new":   {unix.S_IFDIR | 0o777, 65534, 65534},
+				"merged/new/b": {0o640, 65534, 65534},
+				"sgid/c":       {0o640, 65534, 4321},
+				"sgid/d":       {unix.S_IFDIR | unix.S_ISGID | 0o750, 65534, 4321},
+				"merged/gone":  {0o640, 65534, 65534},
+			}
+			for rel, w := range want {
+				var st unix.Stat_t
+				if err := unix.Lstat(up+"/"+rel, &st); err != nil {
+					t.Errorf("%s: %v", rel, err)
+					continue
+				}
+				wantMode := w[0]
+				if wantMode&unix.S_IFMT == 0 {
+					wantMode |= unix.S_IFREG
+				}
+				if st.Mode != wantMode || st.Uid != w[1] || st.Gid != w[2] {
+					t.Errorf("%s: mode %#o owner %d:%d, want %#o %d:%d", rel, st.Mode, st.Uid, st.Gid, wantMode, w[1], w[2])
+				}
+			}
+			if got := readFile(t, mnt+"/merged/gone"); got != "again\n" {
+				t.Errorf("merged/gone: %q", got)
+			}
+			if ents, _ := os.ReadDir(work + "/work"); len(ents) != 0 {
+				t.Errorf("left in workdir/work: %v", ents)
+			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for go-fuse's debug logger.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestNoFlushOnClose: opens say FOPEN_NOFLUSH, so close(2) sends no FLUSH
+// (created, written, read-only and read-write files alike), and what a
+// shared writable mapping wrote is in the upper file once it is unmapped,
+// after its descriptor was closed.
+func TestNoFlushOnClose(t *testing.T) {
+	for _, m := range matrix {
+		t.Run(m.name, func(t *testing.T) {
+			lo := t.TempDir()
+			write(t, lo+"/ro", "read me")
+			write(t, lo+"/mapped", strings.Repeat("-", 8192))
+			var log syncBuffer
+			up, work := t.TempDir(), t.TempDir()
+			mnt, _ := mountFS(t, Options{Lower: []string{lo}, Upper: up, Work: work, NoSec: m.mode, Passthrough: m.passthrough,
+				Debug: true, Logger: stdlog.New(&log, "", 0)})
+			if err := os.WriteFile(mnt+"/new", []byte("new"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if got := readFile(t, mnt+"/ro"); got != "read me" {
+				t.Errorf("ro: %q", got)
+			}
+			// In another process: a page fault on this process's own
+			// mount cannot be preempted, and a garbage collection
+			// starting meanwhile would wait for it while the daemon
+			// that must serve it waits for the collection.
+			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperMmapWrite$")
+			cmd.Env = append(os.Environ(), "GOVERLAY_MMAP_WRITE="+mnt+"/mapped")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("mmap write: %v: %s", err, out)
+			}
+			if got := readFile(t, up+"/mapped"); got[4096:4096+19] != "through the mapping" {
+				t.Errorf("upper file after munmap: %q", got[4090:4120])
+			}
+			if got := readFile(t, up+"/new"); got != "new" {
+				t.Errorf("new: %q", got)
+			}
+			// go-fuse's own poll probe at mount (node ^0) is not ours.
+			if fl := grepLines(log.String(), ": FLUSH ", "FLUSH n18446744073709551615 "); fl != "" {
+				t.Errorf("FLUSH requests sent:\n%s", fl)
+			}
+			if !strings.Contains(log.String(), ": RELEASE ") {
+				t.Errorf("no RELEASE in the debug log: the check above saw nothing")
+			}
+		})
+	}
+}
+
+// TestHelperMmapWrite is TestNoFlushOnClose's writer, run in a process of
+// its own: it maps the file named by GOVERLAY_MMAP_WRITE, writes through
+// the mapping, closes the descriptor, then unmaps.
+func TestHelperMmapWrite(t *testing.T) {
+	path := os.Getenv("GOVERLAY_MMAP_WRITE")
+	if path == "" {
+		t.Skip("run by TestNoFlushOnClose")
+	}
+	fd, err := unix.Open(path, unix.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := unix.Mmap(fd, 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	copy(mem[4096:], "through the mapping")
+	unix.Close(fd)
+	if err := unix.Munmap(mem); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// grepLines returns the lines of s that contain sub and not except.
+func grepLines(s, sub, except string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) && !strings.Contains(l, except) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

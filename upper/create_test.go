@@ -3,7 +3,9 @@ package upper
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -728,5 +730,99 @@ func TestOperationsWithEvictedDirs(t *testing.T) {
 	e.wantWorkEmpty(t)
 	if n := countFDs(t); n > before+1 {
 		t.Errorf("open fds %d, %d before, with a cache of 1", n, before)
+	}
+}
+
+// TestCreateFileLinkMethods: a regular file on a free name is made unnamed
+// (O_TMPFILE) and linked into place, by either link method, or built in the
+// workdir and renamed where O_TMPFILE is unavailable; every way gives the
+// same file: owner, exact mode (suid kept, the umask not applied), the fd,
+// nothing left in the workdir, and EEXIST without harm on a taken name.
+func TestCreateFileLinkMethods(t *testing.T) {
+	withUmask(t, 0o077)
+	e := newEnv(t)
+	if os.Geteuid() == 0 && e.l.tmpfile != tmpfileEmptyPath {
+		t.Errorf("probe chose link method %d as root, want tmpfileEmptyPath", e.l.tmpfile)
+	}
+	root := e.up.Root()
+	for _, how := range []struct {
+		name string
+		how  int
+	}{{"emptypath", tmpfileEmptyPath}, {"proc", tmpfileProc}, {"workdir", tmpfileNone}} {
+		t.Run(how.name, func(t *testing.T) {
+			e.l.tmpfile = how.how
+			name := "f-" + how.name
+			o := Object{Mode: unix.S_IFREG | 0o4751, Uid: 1234, Gid: 5678, Flags: unix.O_RDWR}
+			fd, err := e.l.Create(root, name, o, OverNothing)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := unix.Write(fd, []byte("data")); err != nil {
+				t.Errorf("write: %v", err)
+			}
+			unix.Close(fd)
+			st := lstat(t, e.upper(name))
+			if st.Mode != o.Mode || st.Uid != o.Uid || st.Gid != o.Gid || st.Nlink != 1 {
+				t.Errorf("mode %#o owner %d:%d nlink %d, want %#o %d:%d 1", st.Mode, st.Uid, st.Gid, st.Nlink, o.Mode, o.Uid, o.Gid)
+			}
+			if got := readFile(t, e.upper(name)); got != "data" {
+				t.Errorf("content %q", got)
+			}
+			e.wantWorkEmpty(t)
+			// The daemon's own owner (no chown), other groups.
+			for i, owner := range [][2]uint32{e.l.tmpOwner, {e.l.tmpOwner[0], 5678}, {1234, e.l.tmpOwner[1]}} {
+				n := name + "-" + strconv.Itoa(i)
+				o := Object{Mode: unix.S_IFREG | 0o2755, Uid: owner[0], Gid: owner[1], Flags: unix.O_WRONLY}
+				fd, err := e.l.Create(root, n, o, OverNothing)
+				if err != nil {
+					t.Fatal(err)
+				}
+				unix.Close(fd)
+				if st := lstat(t, e.upper(n)); st.Mode != o.Mode || st.Uid != o.Uid || st.Gid != o.Gid {
+					t.Errorf("%s: mode %#o owner %d:%d, want %#o %d:%d", n, st.Mode, st.Uid, st.Gid, o.Mode, o.Uid, o.Gid)
+				}
+			}
+			// A taken name: EEXIST, the file there untouched.
+			if fd, err := e.l.Create(root, name, Object{Mode: unix.S_IFREG | 0o600, Flags: unix.O_WRONLY}, OverNothing); !errors.Is(err, unix.EEXIST) {
+				if fd >= 0 {
+					unix.Close(fd)
+				}
+				t.Errorf("create over an existing file: %v, want EEXIST", err)
+			}
+			if got := readFile(t, e.upper(name)); got != "data" {
+				t.Errorf("content after the failed create %q", got)
+			}
+			e.wantWorkEmpty(t)
+		})
+	}
+}
+
+// TestCreateFileNoDefaultACL: a new file gets no ACL from a default ACL of
+// its upper directory, whichever way it is made (it is made in the
+// workdir), and its mode is exactly the one asked.
+func TestCreateFileNoDefaultACL(t *testing.T) {
+	if _, err := exec.LookPath("setfacl"); err != nil {
+		t.Skip("setfacl not installed")
+	}
+	withUmask(t, 0o022)
+	e := newEnv(t)
+	if err := os.Mkdir(e.upper("acl"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("setfacl", "-d", "-m", "u:1234:rwx,g::---,o::---", e.upper("acl")).CombinedOutput(); err != nil {
+		t.Skipf("setfacl: %v: %s", err, out)
+	}
+	d := e.upperDir(t, "acl")
+	for _, flags := range []int{unix.O_WRONLY, unix.O_RDONLY} {
+		name := "f" + strconv.Itoa(flags)
+		fd, err := e.l.Create(d, name, Object{Mode: unix.S_IFREG | 0o644, Flags: flags}, OverNothing)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(fd)
+		if st := lstat(t, e.upper("acl/"+name)); st.Mode != unix.S_IFREG|0o644 {
+			t.Errorf("%s: mode %#o, want 0644", name, st.Mode)
+		}
+		noXattr(t, e.upper("acl/"+name), "system.posix_acl_access")
 	}
 }

@@ -1,9 +1,10 @@
 // Package upper writes the upper layer in the kernel overlay's on-disk
 // format: copy-up through the workdir, whiteouts, opaque directories.
 //
-// Every new object is built in the workdir and published with one rename,
-// so a reader never sees it half made, and a crash leaves at most a stray
-// entry in the workdir, which Open removes at the next mount.
+// Every new object is built in the workdir and published with one rename
+// or, for a new regular file, made unnamed (O_TMPFILE) and published with
+// one linkat, so a reader never sees it half made, and a crash leaves at
+// most a stray entry in the workdir, which Open removes at the next mount.
 package upper
 
 import (
@@ -61,6 +62,12 @@ type Layer struct {
 
 	opts Options
 	seq  atomic.Uint64
+	// tmpfile says how createTmpfile links an unnamed file
+	// (probeTmpfile), or that it cannot.
+	tmpfile int
+	// tmpOwner is the uid and gid an O_TMPFILE file in the workdir
+	// starts with (probeTmpfile): createTmpfile chowns only to others.
+	tmpOwner [2]uint32
 }
 
 // workName is the scratch subdirectory, as the kernel names it
@@ -99,6 +106,7 @@ func Open(u *lower.Layer, workPath string, o Options) (*Layer, error) {
 		return nil, fmt.Errorf("clean %s/%s: %w", workPath, workName, err)
 	}
 	l.Whiteouts = l.probeWhiteouts()
+	l.tmpfile = l.probeTmpfile()
 	return l, nil
 }
 

@@ -140,6 +140,19 @@ var crashPoints = []crashPoint{
 		syscall: "unlinkat", nth: 1,
 	},
 	{
+		// A new file is made unnamed (O_TMPFILE), given its owner and
+		// mode, then linked into place: killed before the linkat, it
+		// leaves nothing.
+		name:  "create/after-fchmod-of-the-unnamed-file",
+		lower: func(l *testutil.Layer) { l.File("d/old", "old", 0o644) },
+		ops:   []seqOp{opCreate("d/new"), opAppend("d/new", "new")}, syscall: "fchmod", nth: 1,
+	},
+	{
+		name:  "create/after-linkat",
+		lower: func(l *testutil.Layer) { l.File("d/old", "old", 0o644) },
+		ops:   []seqOp{opCreate("d/new"), opAppend("d/new", "new")}, syscall: "linkat", nth: 1,
+	},
+	{
 		name:  "create-over-whiteout/after-the-exchange",
 		lower: func(l *testutil.Layer) { l.File("a", "old", 0o644) },
 		ops:   []seqOp{opUnlink("a"), opCreate("a"), opAppend("a", "new")}, syscall: "renameat2", nth: 1,
