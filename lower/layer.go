@@ -91,6 +91,9 @@ type Dir struct {
 	dead     bool
 	lru      *list.Element // in the fd cache while open and reopenable
 	used     bool          // used since the fd cache last passed over it
+	// forgotten: the directory's node was forgotten (Forget); its fd is
+	// closed at each last release instead of cached.
+	forgotten bool
 
 	// The directory's listing, in a read-only layer (listing.go).
 	ls     atomic.Pointer[listing]
@@ -151,7 +154,10 @@ func (d *Dir) acquire() (int, error) {
 func (d *Dir) release() {
 	d.mu.Lock()
 	d.pins--
-	if d.dead && d.pins == 0 && d.fd >= 0 {
+	if (d.dead || d.forgotten) && d.pins == 0 && d.fd >= 0 {
+		if d.lru != nil {
+			fdCache.remove(d)
+		}
 		unix.Close(d.fd)
 		d.fd = -1
 	}
@@ -220,13 +226,37 @@ func (d *Dir) Close() error {
 	if d.lru != nil {
 		fdCache.remove(d)
 	}
-	listingCache.drop(d)
+	listingCache.drop(d, true)
 	if d.fd < 0 || d.pins > 0 {
 		return nil // the last release closes it
 	}
 	err := unix.Close(d.fd)
 	d.fd = -1
 	return err
+}
+
+// Forget lets go of what the directory holds, as Close does, but leaves
+// it usable: its fd is closed now (at its last release if pinned) and
+// after each later use, and its listing is dropped. It is for the
+// directories of a node the kernel forgot: go-fuse may still hand that
+// node out again to a lookup that raced with the FORGET, and then it must
+// work. A Dir that cannot reopen itself (no parent, no path) is kept open.
+func (d *Dir) Forget() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.dead || !d.reopenable() {
+		return
+	}
+	d.forgotten = true
+	listingCache.drop(d, false)
+	if d.pins > 0 || d.fd < 0 {
+		return // the last release closes it
+	}
+	if d.lru != nil {
+		fdCache.remove(d)
+	}
+	unix.Close(d.fd)
+	d.fd = -1
 }
 
 // reopenable reports whether d can open its fd again after the cache

@@ -586,3 +586,53 @@ func TestFDCacheConcurrent(t *testing.T) {
 		t.Errorf("OpenDirFDs() = %d after closing everything", got)
 	}
 }
+
+// TestDirForget: a forgotten Dir lets its fd go at once, but still works:
+// each later use reopens it and lets it go again (a node go-fuse revives
+// after its FORGET); a pinned one lets go at its last release.
+func TestDirForget(t *testing.T) {
+	s := newStack(t, 1)
+	s.dir(t, 0, "d/sub")
+	s.file(t, 0, "d/sub/x", "x")
+	d, err := s.layers[0].Root().OpenDir("d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := d.OpenDir("sub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	defer d.Close()
+	fd := fdOf(t, d)
+	d.Forget()
+	if fdOpen(fd) {
+		t.Errorf("fd %d still open after Forget", fd)
+	}
+	sub.Forget()
+	var st unix.Stat_t
+	if err := sub.Stat("x", &st); err != nil {
+		t.Fatalf("Stat through a forgotten Dir whose parent was forgotten: %v", err)
+	}
+	before := openFDs(t)
+	for i := 0; i < 3; i++ {
+		if err := sub.Stat("x", &st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := openFDs(t); n > before {
+		t.Errorf("%d fds open after using a forgotten Dir, %d before", n, before)
+	}
+	pfd, release, err := sub.Pin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.Forget()
+	if !fdOpen(pfd) {
+		t.Errorf("Forget closed a pinned fd")
+	}
+	release()
+	if fdOpen(pfd) {
+		t.Errorf("fd %d still open after the last release of a forgotten Dir", pfd)
+	}
+}

@@ -187,11 +187,12 @@ func (c *lcache) add(d *Dir, l *listing) bool {
 	return true
 }
 
-// drop forgets d's listing (Dir.Close).
-func (c *lcache) drop(d *Dir) {
+// drop forgets d's listing for good (Dir.Close), or until d is next
+// used (Dir.Forget).
+func (c *lcache) drop(d *Dir, dead bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d.lsDead = true
+	d.lsDead = d.lsDead || dead
 	if l := d.ls.Load(); l != nil {
 		c.lru.Remove(l.elem)
 		c.total -= l.size()

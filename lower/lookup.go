@@ -26,6 +26,13 @@ func (c Chain) Close() {
 	}
 }
 
+// Forget forgets every member (Dir.Forget).
+func (c Chain) Forget() {
+	for _, m := range c {
+		m.Forget()
+	}
+}
+
 // RootChain is the merged root of the layers, topmost first. Layer roots
 // are always merged (Linux: ovl_fill_super() stacks all root dentries).
 func RootChain(layers []*Layer) Chain {

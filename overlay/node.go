@@ -126,12 +126,19 @@ var _ = (fs.NodeOnForgetter)((*node)(nil))
 
 // OnForget closes a forgotten directory's fds. The root's chain holds the
 // layer roots, which the FS owns.
+//
+// Forget, not Close: go-fuse can hand a node it is forgetting to a lookup
+// that raced with the FORGET (registerNew found it before the FORGET took
+// it out, and revives it once the FORGET is done, OnForget included); the
+// node must then still reach its directories, which reopen themselves. The
+// runtime cleanup (newChildAs) closes them for good once the node is
+// garbage.
 func (n *node) OnForget() {
 	n.ofs.forgetUpperFile(n)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.chain != nil && !n.IsRoot() {
-		n.chain.Close()
+		n.chain.Forget()
 	}
 }
 
