@@ -818,7 +818,13 @@ func TestFindDaemon(t *testing.T) {
 		cmd.Process.Kill()
 		cmd.Wait()
 	}()
-	if got := findDaemon("sleep", arg); got != cmd.Process.Pid {
+	// Start returns once the child is forked, maybe before it execs
+	// sleep: until then its cmdline is ours.
+	got := 0
+	for deadline := time.Now().Add(5 * time.Second); got == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		got = findDaemon("sleep", arg)
+	}
+	if got != cmd.Process.Pid {
 		t.Errorf("findDaemon = %d, want %d", got, cmd.Process.Pid)
 	}
 	inst := &instance{def: findTarget("fuse-overlayfs"), root: "/nonexistent/goverlay-bench-mnt"}
