@@ -272,6 +272,27 @@ func progOpts(prog mountProgram, opts string) string {
 	return opts
 }
 
+// freshLayers makes empty upper, work and mnt and a lower with files
+// (relative name → content, mode 0644), all owned by the user.
+func (s *unprivNS) freshLayers(t *testing.T, files ...string) {
+	t.Helper()
+	for _, d := range []string{"upper", "work", "mnt"} {
+		os.RemoveAll(filepath.Join(s.base, d))
+		if err := os.Mkdir(filepath.Join(s.base, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.RemoveAll(filepath.Join(s.base, "lower"))
+	l := testutil.NewLayer(t, filepath.Join(s.base, "lower"))
+	for i := 0; i+1 < len(files); i += 2 {
+		l.File(files[i], files[i+1], 0o644)
+	}
+	if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", s.uid, s.gid),
+		filepath.Join(s.base, "lower"), filepath.Join(s.base, "upper"), filepath.Join(s.base, "work"), filepath.Join(s.base, "mnt")).CombinedOutput(); err != nil {
+		t.Fatalf("chown -R: %v: %s", err, out)
+	}
+}
+
 // idmapLayers makes lower (namespace owners: / 0, root0.txt 0, d and all
 // in it 1000, out3000.txt 3000, far.txt a host id the namespace does not
 // map), and empty upper, work and mnt owned by the user (0).
@@ -533,19 +554,7 @@ func TestUnprivWhiteoutFallback(t *testing.T) {
 	}, "\n")
 	for _, prog := range s.programs() {
 		t.Run(prog.name, func(t *testing.T) {
-			for _, d := range []string{"upper", "work", "mnt"} {
-				os.RemoveAll(filepath.Join(s.base, d))
-				if err := os.Mkdir(filepath.Join(s.base, d), 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
-			os.RemoveAll(filepath.Join(s.base, "lower"))
-			testutil.NewLayer(t, filepath.Join(s.base, "lower")).File("gone.txt", "gone\n", 0o644).
-				File("keep.txt", "keep\n", 0o644).File("gonedir/f", "f\n", 0o644).File("opq/old.txt", "old\n", 0o644)
-			if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", s.uid, s.gid),
-				filepath.Join(s.base, "lower"), filepath.Join(s.base, "upper"), filepath.Join(s.base, "work"), filepath.Join(s.base, "mnt")).CombinedOutput(); err != nil {
-				t.Fatalf("chown -R: %v: %s", err, out)
-			}
+			s.freshLayers(t, "gone.txt", "gone\n", "keep.txt", "keep\n", "gonedir/f", "f\n", "opq/old.txt", "old\n")
 			t.Setenv("NOMKNOD", nomknod)
 			got := s.runUnpriv(t, prog, progOpts(prog, ""), whiteoutScript)
 			if got != want {
@@ -632,19 +641,7 @@ func TestUnprivNoUserxattr(t *testing.T) {
 	}, "\n")
 	for _, prog := range s.programs() {
 		t.Run(prog.name, func(t *testing.T) {
-			for _, d := range []string{"upper", "work", "mnt"} {
-				os.RemoveAll(filepath.Join(s.base, d))
-				if err := os.Mkdir(filepath.Join(s.base, d), 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
-			os.RemoveAll(filepath.Join(s.base, "lower"))
-			testutil.NewLayer(t, filepath.Join(s.base, "lower")).File("file.txt", "file\n", 0o644).
-				File("dir/top.txt", "top\n", 0o644).File("dir/sub/deep.txt", "deep\n", 0o644).File("opq/old.txt", "old\n", 0o644)
-			if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", s.uid, s.gid),
-				filepath.Join(s.base, "lower"), filepath.Join(s.base, "upper"), filepath.Join(s.base, "work"), filepath.Join(s.base, "mnt")).CombinedOutput(); err != nil {
-				t.Fatalf("chown -R: %v: %s", err, out)
-			}
+			s.freshLayers(t, "file.txt", "file\n", "dir/top.txt", "top\n", "dir/sub/deep.txt", "deep\n", "opq/old.txt", "old\n")
 			got := s.runUnpriv(t, prog, "", noUserxattrScript)
 			if got != want {
 				t.Errorf("%s without userxattr (- want, + got):\n%s", prog.name,

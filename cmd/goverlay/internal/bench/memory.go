@@ -45,11 +45,7 @@ func memPerInode(ctx context.Context, inst *instance, b *bencher) (sample, error
 	if err != nil {
 		return sample{}, err
 	}
-	unix.Sync()
-	if err := dropCaches(2); err != nil {
-		return sample{}, err
-	}
-	before, err := settleRSS(ctx, pid)
+	before, err := idleRSS(ctx, pid)
 	if err != nil {
 		return sample{}, err
 	}
@@ -78,15 +74,21 @@ func memIdle(ctx context.Context, inst *instance, b *bencher) (sample, error) {
 	if err != nil {
 		return sample{}, err
 	}
-	unix.Sync()
-	if err := dropCaches(2); err != nil {
-		return sample{}, err
-	}
-	rss, err := settleRSS(ctx, pid)
+	rss, err := idleRSS(ctx, pid)
 	if err != nil {
 		return sample{}, err
 	}
 	return sample{value: float64(rss) / (1 << 20)}, nil
+}
+
+// idleRSS drops the dentries and inodes (the kernel then FORGETs the
+// daemon's) and returns pid's RSS once it has settled.
+func idleRSS(ctx context.Context, pid int) (int64, error) {
+	unix.Sync()
+	if err := dropCaches(2); err != nil {
+		return 0, err
+	}
+	return settleRSS(ctx, pid)
 }
 
 // settleRSS polls process pid's VmRSS until it has made no new low for
