@@ -5,6 +5,7 @@ import (
 	"log"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -95,6 +96,10 @@ type FS struct {
 	statsL net.Listener
 	// upperFiles maps upper files to their nodes (links.go).
 	upperFiles upperFiles
+	// keptIDs maps the upper instance of a directory this mount moved
+	// with a redirect to the identity the kernel knows it by
+	// (keepIdentity).
+	keptIDs sync.Map // devIno → fs.StableAttr
 }
 
 // New opens the layers described by o. Nothing is mounted yet.

@@ -170,6 +170,11 @@ func (f *FS) stableAttr(e *lower.Entry, name string, p *node) fs.StableAttr {
 			// hostile layers may show as well: they are still two
 			// directories.
 			sa.Gen = f.ino.ino(e.Stat.Dev, e.Stat.Ino) | 1
+			// But one this mount moved keeps the identity the
+			// kernel knows it by (keepIdentity).
+			if v, ok := f.keptIDs.Load(devIno{e.Stat.Dev, e.Stat.Ino}); ok && v.(fs.StableAttr).Ino == sa.Ino {
+				sa = v.(fs.StableAttr)
+			}
 		}
 	case e.Parent.Layer.Upper:
 		if ino, ok := f.upperIno(e.Parent.Dir, name); ok {
@@ -186,6 +191,23 @@ func (f *FS) stableAttr(e *lower.Entry, name string, p *node) fs.StableAttr {
 		}
 	}
 	return sa
+}
+
+// keepIdentity records that the directory whose upper instance is d was
+// moved with a redirect by this mount while the kernel knew it as sa: a
+// later lookup of it (the kernel looks a rename's target up again, and
+// any name once its entry times out) must give the same node, or the
+// kernel takes it for another directory in the middle of a rename (it
+// answered rename(n/b, n) EISDIR instead of ENOTEMPTY). Without the
+// record, a redirected directory is told apart from the directory at its
+// redirect's path by a generation (stableAttr); the record is checked
+// against the bottom instance too, so a reused upper inode number does not
+// take it.
+func (f *FS) keepIdentity(d *lower.Dir, sa fs.StableAttr) {
+	var st unix.Stat_t
+	if d.StatSelf(&st) == nil {
+		f.keptIDs.Store(devIno{st.Dev, st.Ino}, sa)
+	}
 }
 
 // isDir reports whether n is a directory.

@@ -58,6 +58,7 @@ func (c *node) prepareMove(ctx context.Context, exchange bool) (redirected bool,
 	c.mu.Lock()
 	c.redirect = path
 	c.mu.Unlock()
+	c.ofs.keepIdentity(d, c.StableAttr())
 	return true, 0
 }
 
