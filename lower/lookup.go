@@ -132,7 +132,9 @@ func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
 			}
 			return nil, err
 		}
-		if IsWhiteout(&st) || (m.XWhiteouts && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == 0 && m.isXattrWhiteout(curName)) {
+		// A listing already told the xattr whiteouts apart: no getxattr
+		// again for a name it holds.
+		if IsWhiteout(&st) || (ls == nil && m.XWhiteouts && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == 0 && m.isXattrWhiteout(curName)) {
 			break
 		}
 		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
