@@ -155,11 +155,7 @@ func (d *Dir) release() {
 	d.mu.Lock()
 	d.pins--
 	if (d.dead || d.forgotten) && d.pins == 0 && d.fd >= 0 {
-		if d.lru != nil {
-			fdCache.remove(d)
-		}
-		unix.Close(d.fd)
-		d.fd = -1
+		d.closeFDLocked()
 	}
 	d.mu.Unlock()
 }
@@ -230,9 +226,7 @@ func (d *Dir) Close() error {
 	if d.fd < 0 || d.pins > 0 {
 		return nil // the last release closes it
 	}
-	err := unix.Close(d.fd)
-	d.fd = -1
-	return err
+	return d.closeFDLocked()
 }
 
 // Forget lets go of what the directory holds, as Close does, but leaves
@@ -252,11 +246,19 @@ func (d *Dir) Forget() {
 	if d.pins > 0 || d.fd < 0 {
 		return // the last release closes it
 	}
+	d.closeFDLocked()
+}
+
+// closeFDLocked closes the fd and takes d out of the fd cache.
+//
+// Preconditions: d.mu is held; d.fd >= 0; d is not pinned.
+func (d *Dir) closeFDLocked() error {
 	if d.lru != nil {
 		fdCache.remove(d)
 	}
-	unix.Close(d.fd)
+	err := unix.Close(d.fd)
 	d.fd = -1
+	return err
 }
 
 // reopenable reports whether d can open its fd again after the cache

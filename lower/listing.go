@@ -202,7 +202,7 @@ func (c *lcache) drop(d *Dir, dead bool) {
 
 // Preconditions: c.mu is held.
 func (c *lcache) trimLocked() {
-	for passes := 0; c.total > c.max && c.lru.Len() > 0 && passes < 2*c.lru.Len()+1; passes++ {
+	for tries := 2 * c.lru.Len(); c.total > c.max && tries > 0; tries-- {
 		e := c.lru.Back()
 		d := e.Value.(*Dir)
 		l := d.ls.Load()
@@ -215,7 +215,8 @@ func (c *lcache) trimLocked() {
 		d.ls.Store(nil)
 	}
 	for c.total > c.max && c.lru.Len() > 0 {
-		// Everything was used since the last pass: drop the oldest.
+		// Lookups kept marking listings used while it passed: drop
+		// the oldest.
 		e := c.lru.Back()
 		d := e.Value.(*Dir)
 		c.lru.Remove(e)
