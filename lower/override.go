@@ -235,6 +235,16 @@ func (d *Dir) ReadOverride(name string) (o Override, ok bool) {
 	return o, false
 }
 
+// StatOverride is Stat with the entry's override applied
+// (ApplyOverride): the owner and mode the mount shows.
+func (d *Dir) StatOverride(name string, st *unix.Stat_t) error {
+	if err := d.Stat(name, st); err != nil {
+		return err
+	}
+	d.ApplyOverride(name, st)
+	return nil
+}
+
 // ApplyOverride replaces the owner and mode in st, the stat of entry name
 // in d, by the entry's override, if any.
 func (d *Dir) ApplyOverride(name string, st *unix.Stat_t) {

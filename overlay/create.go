@@ -71,11 +71,12 @@ func (n *node) create(ctx context.Context, name string, o upper.Object, out *fus
 	e := &lower.Entry{Parent: lower.Member{Dir: pd}}
 	if fd >= 0 {
 		// The new file's own fd: no name to look up again.
-		err = unix.Fstat(fd, &e.Stat)
+		if err = unix.Fstat(fd, &e.Stat); err == nil {
+			pd.ApplyOverride(name, &e.Stat)
+		}
 	} else {
-		err = pd.Stat(name, &e.Stat)
+		err = pd.StatOverride(name, &e.Stat)
 	}
-	pd.ApplyOverride(name, &e.Stat)
 	if err == nil && e.IsDir() {
 		var d *lower.Dir
 		if d, err = pd.OpenDir(name); err == nil {
@@ -176,10 +177,9 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		return nil, errno(err)
 	}
 	var st unix.Stat_t
-	if err := pd.Stat(name, &st); err != nil {
+	if err := pd.StatOverride(name, &st); err != nil {
 		return nil, errno(err)
 	}
-	pd.ApplyOverride(name, &st)
 	t.fillAttr(&st, &out.Attr)
 	t.setEntryTimeouts(out)
 	return t.EmbeddedInode(), 0

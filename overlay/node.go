@@ -231,11 +231,7 @@ func (n *node) stat(st *unix.Stat_t) error {
 		return syscall.ENOENT
 	}
 	par, name := n.location()
-	if err := par.Stat(name, st); err != nil {
-		return err
-	}
-	par.ApplyOverride(name, st)
-	return nil
+	return par.StatOverride(name, st)
 }
 
 // applyOverride puts the owner and mode of n's override xattr, if any,
