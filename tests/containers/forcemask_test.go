@@ -126,12 +126,7 @@ func TestPodmanForceMask(t *testing.T) {
 		}
 	}
 
-	progs := []mountProgram{{"goverlay", plainBinary(t)}}
-	if _, err := os.Stat(fuseOverlayfs); err == nil {
-		progs = append([]mountProgram{{"fuse-overlayfs", fuseOverlayfs}}, progs...)
-	} else {
-		t.Logf("fuse-overlayfs not installed: no reference run")
-	}
+	progs := podmanPrograms(t)
 	results := map[string][]step{}
 	for _, prog := range progs {
 		t.Run(prog.name, func(t *testing.T) {

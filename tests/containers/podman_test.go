@@ -401,6 +401,19 @@ func podmanFlow(t *testing.T, p *podman, rootfs string) []step {
 	return steps
 }
 
+// podmanPrograms is the mount programs a podman flow runs with:
+// fuse-overlayfs first, as the reference, when installed, then goverlay
+// (the plain build: podman's processes outlive the race build's checks).
+func podmanPrograms(t *testing.T) []mountProgram {
+	progs := []mountProgram{{"goverlay", plainBinary(t)}}
+	if _, err := os.Stat(fuseOverlayfs); err == nil {
+		progs = append([]mountProgram{{"fuse-overlayfs", fuseOverlayfs}}, progs...)
+	} else {
+		t.Logf("fuse-overlayfs not installed: no reference run")
+	}
+	return progs
+}
+
 // TestPodman runs podman containers with goverlay as mount_program, and
 // the same with fuse-overlayfs as the reference: real work in a
 // container, podman diff, podman start -a, podman commit, a binary that
@@ -420,12 +433,7 @@ func TestPodman(t *testing.T) {
 	t.Cleanup(func() { subreaper(prev) })
 	rootfs := buildImage(t)
 
-	progs := []mountProgram{{"goverlay", plainBinary(t)}}
-	if _, err := os.Stat(fuseOverlayfs); err == nil {
-		progs = append([]mountProgram{{"fuse-overlayfs", fuseOverlayfs}}, progs...)
-	} else {
-		t.Logf("fuse-overlayfs not installed: no reference run")
-	}
+	progs := podmanPrograms(t)
 	results := map[string][]step{}
 	for _, prog := range progs {
 		t.Run(prog.name, func(t *testing.T) { results[prog.name] = podmanFlow(t, newPodman(t, prog), rootfs) })
