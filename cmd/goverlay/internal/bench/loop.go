@@ -110,16 +110,26 @@ func newBencher(ctx context.Context, c Config, cl *cleanups) (*bencher, error) {
 	return b, nil
 }
 
-// setupDircache sizes the dircache workloads, builds their layers if a
-// selected workload needs them, and gets the FUSE request counter ready.
+// setupDircache sizes the dircache workloads and builds their layers if a
+// selected workload needs them, and gets the FUSE request counter ready
+// (metadata counts requests too).
 func (b *bencher) setupDircache() error {
 	var any bool
 	for _, w := range b.workloads {
 		any = any || w.group == groupDircache
 	}
-	if !any {
-		return nil
+	if any {
+		if err := b.buildDircache(); err != nil {
+			return err
+		}
 	}
+	b.setupTracer()
+	return nil
+}
+
+// buildDircache sizes the dircache workloads and builds the layers the
+// selected ones need.
+func (b *bencher) buildDircache() error {
 	b.dc = newDCLayout(b.cfg.Scale)
 	b.rep.Dircache = &b.dc
 	withTree, withBig := b.wants("find-cold") || b.wants("mem-per-inode"), b.wants("readdir-100k")
@@ -138,6 +148,12 @@ func (b *bencher) setupDircache() error {
 			return fmt.Errorf("bench: build the dircache layers: %w", err)
 		}
 	}
+	return nil
+}
+
+// setupTracer gets the FUSE request counter ready when a selected workload
+// counts requests on a FUSE target.
+func (b *bencher) setupTracer() {
 	fuse, counts := false, false
 	for _, t := range b.targets {
 		fuse = fuse || (t.skip == "" && hasDaemon(t.def))
@@ -152,7 +168,6 @@ func (b *bencher) setupDircache() error {
 			b.rep.RequestCounting = "unavailable: " + b.tracer.err.Error() + "; goverlay targets: daemon counters only"
 		}
 	}
-	return nil
 }
 
 func (b *bencher) wants(workload string) bool {

@@ -102,9 +102,19 @@ var allWorkloads = func() []*workloadDef {
 	ws = append(ws,
 		&workloadDef{name: "metadata", unit: "ops/s", higherIsBetter: true,
 			desc: fmt.Sprintf("create, stat, unlink %d empty files in a lower directory, in batches", metaBatch),
+			countsRequests: true,
 			run: func(ctx context.Context, inst *instance, b *bencher) (sample, error) {
-				v, err := metadata(ctx, inst.root, b.cfg.Duration)
-				return sample{value: v}, err
+				var v float64
+				// Counted by type: the requests a create, stat and
+				// unlink cost are what bounds this workload on a FUSE
+				// overlay (docs/BENCHMARKS.md, "metadata").
+				reqs, err := b.countRequests(inst, true, func() (float64, error) {
+					var ops float64
+					var err error
+					v, ops, err = metadata(ctx, inst.root, b.cfg.Duration)
+					return ops, err
+				})
+				return sample{value: v, reqs: reqs}, err
 			}},
 		&workloadDef{name: "stat-deep", unit: "ops/s", higherIsBetter: true,
 			desc: "stat() of " + deepPath + ", 5 components deep in the lower",
@@ -423,38 +433,38 @@ const metaBatch = 256
 // metadata creates metaBatch empty files in a directory that exists in
 // the lower (a merged directory on the overlays), stats each, unlinks each,
 // and repeats for the duration. An op is one create (open+close), stat or
-// unlink; it returns ops/s.
-func metadata(ctx context.Context, root string, d time.Duration) (float64, error) {
+// unlink; it returns ops/s and the number of ops.
+func metadata(ctx context.Context, root string, d time.Duration) (rate, ops float64, err error) {
 	dir := filepath.Join(root, metaDir)
 	names := make([]string, metaBatch)
-	var ops int64
+	var n int64
 	var st unix.Stat_t
 	start := time.Now()
 	for batch := 0; batch == 0 || time.Since(start) < d; batch++ {
 		if err := ctx.Err(); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		for i := range names {
 			names[i] = filepath.Join(dir, fmt.Sprintf("b%d-%d", batch, i))
 			fd, err := sysOpen(names[i], unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o644)
 			if err != nil {
-				return 0, fmt.Errorf("create: %w", err)
+				return 0, 0, fmt.Errorf("create: %w", err)
 			}
 			unix.Close(fd)
 		}
-		for _, n := range names {
-			if err := unix.Stat(n, &st); err != nil {
-				return 0, fmt.Errorf("stat: %w", err)
+		for _, name := range names {
+			if err := unix.Stat(name, &st); err != nil {
+				return 0, 0, fmt.Errorf("stat: %w", err)
 			}
 		}
-		for _, n := range names {
-			if err := unix.Unlink(n); err != nil {
-				return 0, fmt.Errorf("unlink: %w", err)
+		for _, name := range names {
+			if err := unix.Unlink(name); err != nil {
+				return 0, 0, fmt.Errorf("unlink: %w", err)
 			}
 		}
-		ops += 3 * metaBatch
+		n += 3 * metaBatch
 	}
-	return float64(ops) / since(start), nil
+	return float64(n) / since(start), float64(n), nil
 }
 
 // statDeep stats a path 5 components deep that comes from the lower.
