@@ -437,7 +437,20 @@ func splitEvery(s string, n int) []string {
 	return append(out, s)
 }
 
+// TestXattrOfSymlinkItself runs with getxattrat(2)/listxattrat(2) and with
+// the /proc/self/fd path that replaces them before Linux 6.13.
 func TestXattrOfSymlinkItself(t *testing.T) {
+	for _, viaProc := range []bool{false, true} {
+		t.Run(map[bool]string{false: "xattrat", true: "proc"}[viaProc], func(t *testing.T) {
+			old := noXattrAt.Load()
+			noXattrAt.Store(viaProc)
+			t.Cleanup(func() { noXattrAt.Store(old) })
+			testXattrOfSymlinkItself(t)
+		})
+	}
+}
+
+func testXattrOfSymlinkItself(t *testing.T) {
 	s := newStack(t, 1)
 	s.file(t, 0, "target", "")
 	s.symlink(t, 0, "link", "target")
@@ -474,6 +487,39 @@ func TestXattrOfSymlinkItself(t *testing.T) {
 	}
 	if _, err := root.Getxattr("target", "user.none"); !errors.Is(err, unix.ENODATA) {
 		t.Errorf("absent attribute: %v, want ENODATA", err)
+	}
+	// Values longer than the first buffer, of an entry and of the
+	// directory itself.
+	long := strings.Repeat("v", 3000)
+	s.setxattr(t, 0, "target", "user.long", long)
+	s.setxattr(t, 0, "", "user.long", long)
+	for _, name := range []string{"target", ""} {
+		if v, err := root.Getxattr(name, "user.long"); err != nil || string(v) != long {
+			t.Errorf("Getxattr(%q, user.long) = %d bytes, %v; want 3000", name, len(v), err)
+		}
+	}
+	if _, err := root.Getxattr("missing", "user.long"); !errors.Is(err, unix.ENOENT) {
+		t.Errorf("attribute of a missing entry: %v, want ENOENT", err)
+	}
+}
+
+// TestXattrOfSearchOnlyDir: a directory opened O_PATH (searchable, not
+// readable) has no fd fgetxattr accepts; its attributes are still read.
+func TestXattrOfSearchOnlyDir(t *testing.T) {
+	s := newStack(t, 1)
+	s.dir(t, 0, "d")
+	s.setxattr(t, 0, "d", "user.mark", "m")
+	fd, err := unix.Open(s.path(0, "d"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewDir(s.layers[0], fd)
+	defer d.Close()
+	if v, err := d.Getxattr("", "user.mark"); err != nil || string(v) != "m" {
+		t.Errorf("Getxattr through an O_PATH fd = %q, %v", v, err)
+	}
+	if names, err := d.Listxattr(""); err != nil || !contains(names, "user.mark") {
+		t.Errorf("Listxattr through an O_PATH fd = %v, %v", names, err)
 	}
 }
 

@@ -119,7 +119,10 @@ func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
 		m.Layer.Counters.Asked.Add(1)
 		err := m.Stat(curName, &st)
 		if errors.Is(err, unix.ENOENT) {
-			if m.hides(ls, curName) {
+			// A ".wh.NAME" only matters to the layers below: in the
+			// last one (a directory only the upper layer has, say)
+			// there is nothing to hide, and no need to ask.
+			if k < len(cur)-1 && m.hides(ls, curName) {
 				break
 			}
 			continue

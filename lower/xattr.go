@@ -1,37 +1,174 @@
 package lower
 
 import (
+	"errors"
+	"strings"
+	"sync/atomic"
+	"unsafe"
+
 	"github.com/pkg/xattr"
+	"golang.org/x/sys/unix"
 )
 
 // Getxattr reads attribute attr of entry name in d, or of d itself when name
 // is "". A symlink entry's own attributes are read, never its target's.
+//
+// d's own attributes are read through its fd (fgetxattr), an entry's with
+// getxattrat(2) relative to it (Linux 6.13+), and only where that is missing
+// through /proc/self/fd/N/NAME, which costs a path walk through procfs on
+// every call: a lookup reads a directory's opaque and redirect marks, and
+// the kernel asks security.capability of each new file.
 func (d *Dir) Getxattr(name, attr string) (v []byte, err error) {
-	err = d.DoPath(name, func(p string) error {
-		if name == "" {
-			// /proc/self/fd/N is a magic link: follow it to the
-			// directory.
-			v, err = xattr.Get(p, attr)
-		} else {
-			v, err = xattr.LGet(p, attr)
+	if name == "" {
+		err = d.Do(func(fd int) error {
+			v, err = readXattr(func(buf []byte) (int, error) { return unix.Fgetxattr(fd, attr, buf) })
+			return err
+		})
+		if !errors.Is(err, unix.EBADF) {
+			return v, err
 		}
+		// An O_PATH fd (a directory we may search but not read):
+		// /proc/self/fd/N is a magic link, followed to the directory.
+		err = d.DoPath("", func(p string) error {
+			v, err = xattr.Get(p, attr)
+			return err
+		})
+		return v, err
+	}
+	if !noXattrAt.Load() {
+		err = d.Do(func(fd int) error {
+			v, err = readXattr(func(buf []byte) (int, error) { return getxattrat(fd, name, attr, buf) })
+			return err
+		})
+		if !errors.Is(err, unix.ENOSYS) {
+			return v, err
+		}
+		noXattrAt.Store(true)
+	}
+	err = d.DoPath(name, func(p string) error {
+		v, err = xattr.LGet(p, attr)
 		return err
 	})
 	return v, err
 }
 
 // Listxattr lists the attribute names of entry name in d, or of d itself
-// when name is "".
+// when name is "", the way Getxattr reads them.
 func (d *Dir) Listxattr(name string) (names []string, err error) {
-	err = d.DoPath(name, func(p string) error {
-		if name == "" {
-			names, err = xattr.List(p)
-		} else {
-			names, err = xattr.LList(p)
+	var raw []byte
+	if name == "" {
+		err = d.Do(func(fd int) error {
+			raw, err = readXattr(func(buf []byte) (int, error) { return unix.Flistxattr(fd, buf) })
+			return err
+		})
+		if !errors.Is(err, unix.EBADF) {
+			return splitNames(raw), err
 		}
+		err = d.DoPath("", func(p string) error {
+			names, err = xattr.List(p)
+			return err
+		})
+		return names, err
+	}
+	if !noXattrAt.Load() {
+		err = d.Do(func(fd int) error {
+			raw, err = readXattr(func(buf []byte) (int, error) { return listxattrat(fd, name, buf) })
+			return err
+		})
+		if !errors.Is(err, unix.ENOSYS) {
+			return splitNames(raw), err
+		}
+		noXattrAt.Store(true)
+	}
+	err = d.DoPath(name, func(p string) error {
+		names, err = xattr.LList(p)
 		return err
 	})
 	return names, err
+}
+
+// noXattrAt is set once the kernel answered ENOSYS to getxattrat or
+// listxattrat (before Linux 6.13).
+var noXattrAt atomic.Bool
+
+// readXattr calls get with a buffer big enough for the value: a first try
+// with a small one, then the size the kernel reports, as often as the value
+// grows in between (ERANGE).
+func readXattr(get func(buf []byte) (int, error)) ([]byte, error) {
+	buf := make([]byte, 256)
+	for {
+		n, err := get(buf)
+		if err == nil {
+			return buf[:n], nil
+		}
+		if !errors.Is(err, unix.ERANGE) {
+			return nil, err
+		}
+		if n, err = get(nil); err != nil {
+			return nil, err
+		}
+		buf = make([]byte, n+1)
+	}
+}
+
+// splitNames splits a listxattr answer (NUL-terminated names).
+func splitNames(raw []byte) []string {
+	var names []string
+	for _, s := range strings.Split(string(raw), "\x00") {
+		if s != "" {
+			names = append(names, s)
+		}
+	}
+	return names
+}
+
+// xattrArgs is struct xattr_args of getxattrat(2) (include/uapi/linux/xattr.h).
+type xattrArgs struct {
+	value uint64
+	size  uint32
+	flags uint32
+}
+
+// getxattrat reads attr of name in the directory dirfd, without following a
+// symlink (getxattrat(2), Linux 6.13+). An empty buf asks for the size.
+func getxattrat(dirfd int, name, attr string, buf []byte) (int, error) {
+	p, err := unix.BytePtrFromString(name)
+	if err != nil {
+		return 0, err
+	}
+	a, err := unix.BytePtrFromString(attr)
+	if err != nil {
+		return 0, err
+	}
+	args := xattrArgs{size: uint32(len(buf))}
+	if len(buf) > 0 {
+		args.value = uint64(uintptr(unsafe.Pointer(&buf[0])))
+	}
+	n, _, errno := unix.Syscall6(unix.SYS_GETXATTRAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)),
+		unix.AT_SYMLINK_NOFOLLOW, uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(&args)), unsafe.Sizeof(args))
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}
+
+// listxattrat lists the attribute names of name in the directory dirfd,
+// without following a symlink (listxattrat(2), Linux 6.13+).
+func listxattrat(dirfd int, name string, buf []byte) (int, error) {
+	p, err := unix.BytePtrFromString(name)
+	if err != nil {
+		return 0, err
+	}
+	var b unsafe.Pointer
+	if len(buf) > 0 {
+		b = unsafe.Pointer(&buf[0])
+	}
+	n, _, errno := unix.Syscall6(unix.SYS_LISTXATTRAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)),
+		unix.AT_SYMLINK_NOFOLLOW, uintptr(b), uintptr(len(buf)), 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
 }
 
 // isOpaque reports how the directory d marks itself: opaque (nothing below

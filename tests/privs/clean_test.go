@@ -1,6 +1,8 @@
 package privs_test
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -165,6 +167,65 @@ func TestWriteCounters(t *testing.T) {
 			}
 			if !passthroughOn(opts) && after.OpensPassthrough != before.OpensPassthrough {
 				t.Errorf("-o %s: opens_passthrough %d → %d although passthrough is off", opts, before.OpensPassthrough, after.OpensPassthrough)
+			}
+		})
+	}
+}
+
+// TestNewFileKnownClean: a file made through the mount carries no
+// capability and, unless asked, no set-id bit, so with NOSEC the
+// GETXATTR(security.capability) the kernel sends before each new file's
+// first write is answered from what goverlay knows, without asking the
+// upper layer; with nosec=off every one is asked. A file created set-id is
+// not known clean: a write by a caller without CAP_FSETID still clears it.
+func TestNewFileKnownClean(t *testing.T) {
+	testutil.RequireRoot(t)
+	w := writers(t)[1] // root without CAP_FSETID
+	helper(t)
+	const files = 50
+	for _, opts := range []string{"nosec=on,passthrough=on", "nosec=off,passthrough=on"} {
+		t.Run(subtestName(opts), func(t *testing.T) {
+			t.Parallel()
+			s := newStack(t, t.TempDir(), func(l *testutil.Layer) {})
+			m := testutil.Mount(t, testutil.Options{Lower: []string{s.lower}, Upper: s.upper, Work: s.work, Extra: []string{"-o", opts}})
+			before := testutil.ReadStats(t, m)
+			checkMountMode(t, before, opts)
+			for i := 0; i < files; i++ {
+				p := filepath.Join(m.Dir, fmt.Sprintf("new%d", i))
+				if err := os.WriteFile(p, []byte("data"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			after := testutil.ReadStats(t, m)
+			getx, cached := after.CapGetxattr-before.CapGetxattr, after.CapGetxattrCached-before.CapGetxattrCached
+			t.Logf("-o %s: %d new files written: getxattr(security.capability) +%d, from what goverlay knows +%d", opts, files, getx, cached)
+			if getx < files {
+				t.Errorf("-o %s: %d new files' first writes made %d GETXATTR(security.capability), want at least one each", opts, files, getx)
+			}
+			if nosecOn(opts) && cached != getx {
+				t.Errorf("-o %s: %d of %d GETXATTR(security.capability) of new files asked the upper layer, want none", opts, getx-cached, getx)
+			}
+			if !nosecOn(opts) && cached != 0 {
+				t.Errorf("-o %s: %d GETXATTR(security.capability) answered without the upper layer, want 0 with nosec=off", opts, cached)
+			}
+
+			// Created set-id, written by a caller without CAP_FSETID:
+			// the bit goes.
+			p := filepath.Join(m.Dir, "setid")
+			fd, err := unix.Open(p, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o4777)
+			if err != nil {
+				t.Fatal(err)
+			}
+			unix.Close(fd)
+			if err := os.Chmod(p, 0o4777); err != nil { // past the umask
+				t.Fatal(err)
+			}
+			if r := runOps(t, w, [][2]string{{"writes=1", p}})[p]; !r.ok {
+				t.Fatalf("write by %s: %s", w.name, r.err)
+			}
+			var st unix.Stat_t
+			if err := unix.Stat(filepath.Join(s.upper, "setid"), &st); err != nil || st.Mode&unix.S_ISUID != 0 {
+				t.Errorf("-o %s: a set-uid file made through the mount, then written by %s: upper mode %#o, %v; want suid cleared", opts, w.name, st.Mode, err)
 			}
 		})
 	}

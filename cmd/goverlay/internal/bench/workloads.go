@@ -101,7 +101,7 @@ var allWorkloads = func() []*workloadDef {
 	}
 	ws = append(ws,
 		&workloadDef{name: "metadata", unit: "ops/s", higherIsBetter: true,
-			desc: fmt.Sprintf("create, stat, unlink %d empty files in a lower directory, in batches", metaBatch),
+			desc:           fmt.Sprintf("create, stat, unlink %d empty files in a lower directory, in batches", metaBatch),
 			countsRequests: true,
 			run: func(ctx context.Context, inst *instance, b *bencher) (sample, error) {
 				var v float64
@@ -135,10 +135,17 @@ var allWorkloads = func() []*workloadDef {
 				return sample{value: v}, err
 			}},
 		&workloadDef{name: "untar", unit: "files/s", higherIsBetter: true,
-			desc: fmt.Sprintf("extract a tar of %d small files in %d directories", untarFiles, untarDirs),
+			desc:           fmt.Sprintf("extract a tar of %d small files in %d directories", untarFiles, untarDirs),
+			countsRequests: true,
 			run: func(ctx context.Context, inst *instance, b *bencher) (sample, error) {
-				v, err := untar(ctx, inst.root, b.tarball, b.cfg.Duration)
-				return sample{value: v}, err
+				var v float64
+				reqs, err := b.countRequests(inst, true, func() (float64, error) {
+					var files float64
+					var err error
+					v, files, err = untar(ctx, inst.root, b.tarball, b.cfg.Duration)
+					return files, err
+				})
+				return sample{value: v, reqs: reqs}, err
 			}},
 	)
 	for _, w := range ws {
@@ -590,21 +597,21 @@ func copyAndSync(from, to string) error {
 // untar extracts the archive into a fresh directory below a lower
 // directory, as tar would (mkdir; create, write, close, utimes), for the
 // duration (at least once). It returns files/s.
-func untar(ctx context.Context, root string, tarball []byte, d time.Duration) (float64, error) {
+func untar(ctx context.Context, root string, tarball []byte, d time.Duration) (rate, files float64, err error) {
 	if tarball == nil {
-		return 0, errors.New("no tarball")
+		return 0, 0, errors.New("no tarball")
 	}
-	var files int64
+	var n int64
 	start := time.Now()
 	for i := 0; i == 0 || time.Since(start) < d; i++ {
 		dest := filepath.Join(root, untarDir, fmt.Sprintf("x%d", i))
-		n, err := extract(ctx, tarball, dest)
-		files += n
+		k, err := extract(ctx, tarball, dest)
+		n += k
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
-	return float64(files) / since(start), nil
+	return float64(n) / since(start), float64(n), nil
 }
 
 func extract(ctx context.Context, tarball []byte, dest string) (int64, error) {
