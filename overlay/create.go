@@ -2,6 +2,8 @@ package overlay
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -42,6 +44,38 @@ func (n *node) owner(ctx context.Context, mode uint32) (uid, gid, outMode uint32
 	return uid, gid, outMode
 }
 
+// inherit settles the mode and ACLs of the new object o in the upper
+// directory pd, n's upper instance, the way a local filesystem does: from
+// pd's default ACL (the merged directory's: copy-up brought it along),
+// or, without one, by applying the caller's umask. The kernel leaves the
+// umask to us: with ACLs on we negotiate FUSE_DONT_MASK (fsOptions), so
+// that the mode asked for reaches us whole; without DONT_MASK the mode
+// comes masked, and masking it again changes nothing.
+//
+// Where the upper keeps modes in the override xattr (xattr_permissions),
+// or ACLs are off (noacl), nothing is inherited and the umask applies, as
+// before ACL inheritance; an upper filesystem without ACLs has no default
+// ACL to give.
+func (n *node) inherit(ctx context.Context, pd *lower.Dir, o *upper.Object) error {
+	var def []byte
+	if !n.ofs.opts.NoACL && !n.ofs.upper.KeepsOverride(o.Mode) && o.Mode&unix.S_IFMT != unix.S_IFLNK {
+		var err error
+		def, err = pd.Getxattr("", upper.ACLDefaultXattr)
+		if errors.Is(err, unix.ENODATA) || errors.Is(err, unix.EOPNOTSUPP) {
+			def, err = nil, nil
+		}
+		if err != nil {
+			return fmt.Errorf("read the default ACL: %w", err)
+		}
+	}
+	in, err := upper.Inherit(def, o.Mode, n.ofs.raw.umask(ctx))
+	if err != nil {
+		return err
+	}
+	o.Mode, o.ACL, o.DefaultACL = in.Mode, in.Access, in.Default
+	return nil
+}
+
 // create makes a new object o under name in directory n and returns its
 // node, its attributes in out, and for a regular file an open fd.
 func (n *node) create(ctx context.Context, name string, o upper.Object, out *fuse.EntryOut) (*fs.Inode, int, syscall.Errno) {
@@ -57,6 +91,9 @@ func (n *node) create(ctx context.Context, name string, o upper.Object, out *fus
 		return nil, -1, errno(err)
 	}
 	o.Uid, o.Gid, o.Mode = n.owner(ctx, o.Mode)
+	if err := n.inherit(ctx, pd, &o); err != nil {
+		return nil, -1, errno(err)
+	}
 	// A new directory over a whiteout must not merge with what the
 	// whiteout hid (Linux: ovl_create_over_whiteout() sets opaque). With
 	// redirect_dir on, the kernel also marks a new directory in a merged

@@ -107,7 +107,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if err != nil {
 		return 0, errno(err)
 	}
-	if h.n.ofs.raw.flags(ctx)&flagCacheWrite != 0 && h.n.hasCapability() {
+	if h.n.ofs.raw.seen(ctx).flags&flagCacheWrite != 0 && h.n.hasCapability() {
 		n, err := mmapWrite(fd, data, off)
 		return uint32(max(n, 0)), errno(err)
 	}
@@ -159,7 +159,7 @@ func (h *handle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, 
 	if err != nil {
 		return 0, errno(err)
 	}
-	if h.n.ofs.raw.flags(ctx)&flagCacheWrite != 0 && h.n.hasCapability() {
+	if h.n.ofs.raw.seen(ctx).flags&flagCacheWrite != 0 && h.n.hasCapability() {
 		n, err := mmapWrite(fd, bytes.Join(data, nil), off)
 		return uint32(max(n, 0)), errno(err)
 	}

@@ -222,6 +222,13 @@ func (f *FS) fsOptions() *fs.Options {
 	// FUSE_POSIX_ACL it enforces ACLs too (the kernel overlay does).
 	mo.Options = append(mo.Options, "default_permissions")
 	mo.EnableAcl = !f.opts.NoACL
+	if mo.EnableAcl {
+		// A new object in a directory with a default ACL gets its
+		// mode from the ACL, not from the umask: the kernel must send
+		// the mode unmasked, with the umask beside it, for us to
+		// choose (create.go inherit).
+		mo.ExtraCapabilities |= fuse.CAP_DONT_MASK
+	}
 	// Mount with mount(2) when we may, fusermount3 otherwise.
 	mo.DirectMount = true
 	mo.DirectMountFlags = unix.MS_NOSUID | unix.MS_NODEV

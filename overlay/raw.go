@@ -7,15 +7,23 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// rawFS wraps go-fuse's node bridge to see the kill-privilege flags the
-// bridge drops before it calls node and file methods (notes C:
-// WriteIn.WriteFlags, OpenIn.Mode, CreateIn.OpenFlags). It marks the
-// request, and the node code asks killRequested with the request's
+// rawFS wraps go-fuse's node bridge to see what the bridge drops before it
+// calls node and file methods: the kill-privilege flags (notes C:
+// WriteIn.WriteFlags, OpenIn.Mode, CreateIn.OpenFlags) and the caller's
+// umask (CreateIn.Umask, MkdirIn.Umask, MknodIn.Umask), which goverlay
+// applies itself under FUSE_DONT_MASK (create.go). It marks the request,
+// and the node code asks killRequested or umask with the request's
 // context. A request is identified by its cancel channel, which go-fuse
 // gives each request in flight (and reuses only once the request is done).
 type rawFS struct {
 	fuse.RawFileSystem
-	marks sync.Map // <-chan struct{} → reqFlags
+	marks sync.Map // <-chan struct{} → reqMark
+}
+
+// reqMark is what rawFS saw on a request.
+type reqMark struct {
+	flags reqFlags
+	umask uint32
 }
 
 // reqFlags are what rawFS saw on a request.
@@ -29,11 +37,11 @@ const (
 	flagCacheWrite
 )
 
-func (r *rawFS) mark(cancel <-chan struct{}, f reqFlags) func() {
-	if f == 0 {
+func (r *rawFS) mark(cancel <-chan struct{}, m reqMark) func() {
+	if m == (reqMark{}) {
 		return func() {}
 	}
-	r.marks.Store(cancel, f)
+	r.marks.Store(cancel, m)
 	return func() { r.marks.Delete(cancel) }
 }
 
@@ -56,35 +64,55 @@ func killFlag(on bool) reqFlags {
 
 // Write and Writev both need the wrapper: the server calls Writev first.
 func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
-	defer r.mark(cancel, writeFlags(in))()
+	defer r.mark(cancel, reqMark{flags: writeFlags(in)})()
 	return r.RawFileSystem.Write(cancel, in, data)
 }
 
 func (r *rawFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
-	defer r.mark(cancel, writeFlags(in))()
+	defer r.mark(cancel, reqMark{flags: writeFlags(in)})()
 	return r.RawFileSystem.Writev(cancel, in, data)
 }
 
 func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	defer r.mark(cancel, killFlag(in.Mode&fuse.OPEN_KILL_SUIDGID != 0))()
+	defer r.mark(cancel, reqMark{flags: killFlag(in.Mode&fuse.OPEN_KILL_SUIDGID != 0)})()
 	return r.RawFileSystem.Open(cancel, in, out)
 }
 
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	defer r.mark(cancel, killFlag(in.OpenFlags&fuse.OPEN_KILL_SUIDGID != 0))()
+	defer r.mark(cancel, reqMark{flags: killFlag(in.OpenFlags&fuse.OPEN_KILL_SUIDGID != 0), umask: in.Umask})()
 	return r.RawFileSystem.Create(cancel, in, name, out)
 }
 
-// flags returns what rawFS saw on the request of ctx.
-func (r *rawFS) flags(ctx context.Context) reqFlags {
+func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	defer r.mark(cancel, reqMark{umask: in.Umask})()
+	return r.RawFileSystem.Mkdir(cancel, in, name, out)
+}
+
+func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	defer r.mark(cancel, reqMark{umask: in.Umask})()
+	return r.RawFileSystem.Mknod(cancel, in, name, out)
+}
+
+// Tmpfile: O_TMPFILE carries a umask as CREATE does.
+func (r *rawFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
+	defer r.mark(cancel, reqMark{umask: in.Umask})()
+	return r.RawFileSystem.Tmpfile(cancel, in, out)
+}
+
+// seen returns what rawFS saw on the request of ctx.
+func (r *rawFS) seen(ctx context.Context) reqMark {
 	c, ok := ctx.(*fuse.Context)
 	if !ok || r == nil {
-		return 0
+		return reqMark{}
 	}
-	f, _ := r.marks.Load(c.Cancel)
-	v, _ := f.(reqFlags)
+	m, _ := r.marks.Load(c.Cancel)
+	v, _ := m.(reqMark)
 	return v
 }
 
 // killRequested reports whether the request of ctx carries a kill flag.
-func (r *rawFS) killRequested(ctx context.Context) bool { return r.flags(ctx)&flagKill != 0 }
+func (r *rawFS) killRequested(ctx context.Context) bool { return r.seen(ctx).flags&flagKill != 0 }
+
+// umask is the umask of the caller of the CREATE, MKDIR, MKNOD or TMPFILE
+// request of ctx.
+func (r *rawFS) umask(ctx context.Context) uint32 { return r.seen(ctx).umask }

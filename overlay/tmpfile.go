@@ -25,11 +25,17 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	// The file belongs to this directory as far as the caller can tell
 	// (its group from a setgid directory, its filesystem): the
 	// directory must be in the upper layer for it to be linked there.
-	if _, err := n.upperDir(ctx); err != nil {
+	pd, err := n.upperDir(ctx)
+	if err != nil {
 		return nil, nil, 0, errno(err)
 	}
 	o := upper.Object{Mode: mode&07777 | unix.S_IFREG, Flags: backingFlags(flags)}
 	o.Uid, o.Gid, o.Mode = n.owner(ctx, o.Mode)
+	// Its ACL too: the kernel overlay gives an O_TMPFILE file what it
+	// gives a created one.
+	if err := n.inherit(ctx, pd, &o); err != nil {
+		return nil, nil, 0, errno(err)
+	}
 	name, fd, err := n.ofs.upper.CreateTemp(o)
 	if err != nil {
 		return nil, nil, 0, errno(err)

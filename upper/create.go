@@ -58,6 +58,9 @@ type Object struct {
 	Opaque bool
 	// Flags are the open flags for a regular file; Create returns its fd.
 	Flags int
+	// ACL and DefaultACL are the access and default ACL xattrs to give
+	// the object (Inherit computes them); nil for none.
+	ACL, DefaultACL []byte
 }
 
 // Create makes o as name in the upper directory d, which holds over at
@@ -65,7 +68,8 @@ type Object struct {
 // mode: it is built in the workdir with its owner and mode set, then
 // renamed into place; over a whiteout the rename is an exchange and the
 // whiteout is then removed from the workdir (Linux:
-// ovl_create_over_whiteout()). A regular file on a free name, the common
+// ovl_create_over_whiteout()). Its ACLs are set before it is published
+// too. A regular file on a free name, the common
 // case, is made as an unnamed O_TMPFILE instead and given its name with
 // linkat (createTmpfile), unless the upper keeps owners and modes in the
 // override xattr (make writes it). It returns an open fd for a regular file, -1
@@ -91,9 +95,10 @@ func (l *Layer) Create(d *lower.Dir, name string, o Object, over Over) (int, err
 
 // createTmpfile makes the regular file o as name in d, on a name that holds
 // nothing. The file is made unnamed (O_TMPFILE, in the workdir, so that it
-// gets what a file built there by make would: no default ACL of d), given
-// its owner and then its exact mode through the fd, and only then linked
-// into d (Linux: ovl_create_upper() creates in place with the caller's
+// gets what a file built there by make would: nothing from a default ACL
+// of d, only o's own ACL), given its owner, its exact mode and its ACL
+// through the fd, and only then linked into d (Linux: ovl_create_upper()
+// creates in place with the caller's
 // fsuid; the unnamed file gives the same atomicity without changing the
 // daemon's credentials). Until the linkat it has no name: a crash or an
 // error leaves nothing behind, not even in the workdir. The linkat fails
@@ -115,6 +120,13 @@ func (l *Layer) createTmpfile(d *lower.Dir, name string, o Object) (int, error) 
 	}
 	if err == nil {
 		err = unix.Fchmod(fd, o.Mode&07777)
+	}
+	if err == nil && o.ACL != nil {
+		// After the chmod, which would rewrite the ACL's mask; the
+		// mode is the one the ACL gives anyway (Inherit).
+		if err = unix.Fsetxattr(fd, ACLAccessXattr, o.ACL, 0); err != nil {
+			err = fmt.Errorf("set the inherited ACL: %w", err)
+		}
 	}
 	if err == nil {
 		err = d.Do(func(dfd int) error { return l.linkFd(fd, dfd, name) })
@@ -206,12 +218,34 @@ func (l *Layer) make(tmp string, o Object) (int, error) {
 	if err := l.setOwner(tmp, lower.Override{Uid: o.Uid, Gid: o.Gid, Mode: o.Mode, Rdev: uint64(o.Rdev)}); err != nil {
 		return fail(err)
 	}
+	if err := l.setACLs(tmp, o); err != nil {
+		return fail(err)
+	}
 	if o.Opaque {
 		if err := l.SetOpaque(l.Work, tmp); err != nil {
 			return fail(err)
 		}
 	}
 	return fd, nil
+}
+
+// setACLs gives tmp in the workdir the ACLs of o. It comes after
+// setOwner: a chmod would rewrite the access ACL's mask, although to what
+// it is already (Inherit derives the mode from the ACL).
+func (l *Layer) setACLs(tmp string, o Object) error {
+	for _, a := range []struct {
+		name string
+		v    []byte
+	}{{ACLAccessXattr, o.ACL}, {ACLDefaultXattr, o.DefaultACL}} {
+		if a.v == nil {
+			continue
+		}
+		err := l.Work.DoPath(tmp, func(p string) error { return unix.Lsetxattr(p, a.name, a.v, 0) })
+		if err != nil {
+			return fmt.Errorf("set the inherited %s: %w", a.name, err)
+		}
+	}
+	return nil
 }
 
 // publish renames tmp from the workdir to name in d.

@@ -3,7 +3,6 @@ package upper
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -794,35 +793,5 @@ func TestCreateFileLinkMethods(t *testing.T) {
 			}
 			e.wantWorkEmpty(t)
 		})
-	}
-}
-
-// TestCreateFileNoDefaultACL: a new file gets no ACL from a default ACL of
-// its upper directory, whichever way it is made (it is made in the
-// workdir), and its mode is exactly the one asked.
-func TestCreateFileNoDefaultACL(t *testing.T) {
-	if _, err := exec.LookPath("setfacl"); err != nil {
-		t.Skip("setfacl not installed")
-	}
-	withUmask(t, 0o022)
-	e := newEnv(t)
-	if err := os.Mkdir(e.upper("acl"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("setfacl", "-d", "-m", "u:1234:rwx,g::---,o::---", e.upper("acl")).CombinedOutput(); err != nil {
-		t.Skipf("setfacl: %v: %s", err, out)
-	}
-	d := e.upperDir(t, "acl")
-	for _, flags := range []int{unix.O_WRONLY, unix.O_RDONLY} {
-		name := "f" + strconv.Itoa(flags)
-		fd, err := e.l.Create(d, name, Object{Mode: unix.S_IFREG | 0o644, Flags: flags}, OverNothing)
-		if err != nil {
-			t.Fatal(err)
-		}
-		unix.Close(fd)
-		if st := lstat(t, e.upper("acl/"+name)); st.Mode != unix.S_IFREG|0o644 {
-			t.Errorf("%s: mode %#o, want 0644", name, st.Mode)
-		}
-		noXattr(t, e.upper("acl/"+name), "system.posix_acl_access")
 	}
 }

@@ -66,7 +66,7 @@ var optionTable = []optionInfo{
 	{"volatile", "", optSupported, "same as fsync=0 (kernel overlayfs; podman passes it for --volatile containers)"},
 	{"nosec", "inherit|on|off", optSupported, "let the kernel skip the security.capability check on writes: inherit (default) when the upper filesystem is local, on, or off"},
 	{"passthrough", "on|off", optSupported, "on (default): the kernel reads and writes files of the upper layer directly (FUSE passthrough; Linux 6.9+, root); off: every read and write goes through goverlay"},
-	{"noacl", "", optSupported, "do not enforce POSIX ACLs (fuse-overlayfs)"},
+	{"noacl", "", optSupported, "do not enforce POSIX ACLs, nor give new objects their directory's default ACL; the umask always applies (fuse-overlayfs)"},
 	{"static_nlink", "", optSupported, "report a link count of 1 for every directory (fuse-overlayfs); merged directories always report 1, like the kernel overlay's"},
 	{"uidmapping", "ID:HOSTID:LEN[:...]", optSupported, "owners ID..ID+LEN-1 on disk are shown as HOSTID..; new files and chown map back; unmapped ids show as the overflow uid (fuse-overlayfs; containers/storage passes it)"},
 	{"gidmapping", "ID:HOSTID:LEN[:...]", optSupported, "the same for groups"},
