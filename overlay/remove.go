@@ -46,6 +46,17 @@ func (n *node) inLower(name string) (bool, error) {
 // lower layer gets just the whiteout: nothing is copied up (fuse-overlayfs
 // copies the whole file first).
 func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errno {
+	var child *node
+	if in := n.GetChild(name); in != nil && !isDir {
+		// No copy-up of the file between the lookup below, which
+		// says which layer holds it, and the removal: an open for
+		// writing copies up without the inode lock the kernel holds
+		// for the unlink, and a whiteout made for a name found only
+		// below would then meet the copied-up file (EEXIST).
+		child = in.Operations().(*node)
+		child.copyMu.Lock()
+		defer child.copyMu.Unlock()
+	}
 	n.mu.Lock()
 	chain := n.chain
 	n.mu.Unlock()
@@ -77,9 +88,7 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errn
 	if err != nil {
 		return errno(err)
 	}
-	var child *node
-	if in := n.GetChild(name); in != nil && !isDir {
-		child = in.Operations().(*node)
+	if child != nil {
 		child.locMu.Lock()
 		defer child.locMu.Unlock()
 	}
