@@ -22,10 +22,10 @@ import (
 // ovl_set_redirect()): its upper instance records the path of its lower
 // instances, overlay.redirect (always absolute here), so that a later
 // lookup, ours or the kernel's, merges it with them wherever it now is.
-// It reports whether c got a redirect. With redirect_dir=off, or for an
-// exchange, the answer is EXDEV, the kernel's answer with redirect_dir=off,
-// and mv(1) falls back to copying.
-func (c *node) prepareMove(ctx context.Context, exchange bool) (redirected bool, e syscall.Errno) {
+// It reports whether c got a redirect. With redirect_dir=off the answer is
+// EXDEV, the kernel's answer then, and mv(1) falls back to copying. Both
+// sides of a RENAME_EXCHANGE move, and each gets a redirect of its own.
+func (c *node) prepareMove(ctx context.Context) (redirected bool, e syscall.Errno) {
 	if !c.isDir() {
 		return false, errno(c.copyUp(ctx, true))
 	}
@@ -35,7 +35,7 @@ func (c *node) prepareMove(ctx context.Context, exchange bool) (redirected bool,
 	if pure {
 		return false, 0
 	}
-	if c.ofs.opts.RedirectDirOff || exchange {
+	if c.ofs.opts.RedirectDirOff {
 		return false, syscall.EXDEV
 	}
 	path := c.lowerPath()
@@ -118,6 +118,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	exchange := flags&unix.RENAME_EXCHANGE != 0
 	var dst *node
+	var dstRedirected bool
 	if exchange {
 		if !dstExists {
 			return syscall.ENOENT
@@ -127,8 +128,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return syscall.ENOENT
 		}
 		dst = dstIn.Operations().(*node)
-		if _, errno := dst.prepareMove(ctx, true); errno != 0 {
-			return errno
+		var e syscall.Errno
+		if dstRedirected, e = dst.prepareMove(ctx); e != 0 {
+			return e
 		}
 	} else if dstExists && dstE.IsDir() {
 		ents, err := dstE.Chain.ReadDir()
@@ -139,7 +141,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return syscall.ENOTEMPTY
 		}
 	}
-	redirected, e := src.prepareMove(ctx, exchange)
+	redirected, e := src.prepareMove(ctx)
 	if e != 0 {
 		return e
 	}
@@ -167,10 +169,13 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	var whiteout bool
 	over := upper.OverNothing
 	if exchange {
-		if dst.isDir() {
-			dopaque, err := n.inLower(name)
-			if err != nil {
-				return errno(err)
+		if dst.isDir() && !dstRedirected {
+			// The other way round, the same rule as for src above.
+			dopaque := n.merged()
+			if !dopaque {
+				if dopaque, err = n.inLower(name); err != nil {
+					return errno(err)
+				}
 			}
 			if dopaque {
 				if err := n.ofs.upper.SetOpaque(dd, newName); err != nil {

@@ -306,6 +306,7 @@ func renameScript(t *testing.T, mnt string) {
 	s.fails("RENAME_EXCHANGE with a missing name", unix.Renameat2(unix.AT_FDCWD, s.p("e2"), unix.AT_FDCWD, s.p("nothing"), unix.RENAME_EXCHANGE), unix.ENOENT)
 
 	s.fails("rename ldir (lower dir)", unix.Rename(s.p("ldir"), s.p("ldir2")), unix.EXDEV)
+	s.fails("RENAME_EXCHANGE ldir lempty (lower dirs, redirect_dir=off)", unix.Renameat2(unix.AT_FDCWD, s.p("ldir"), unix.AT_FDCWD, s.p("lempty"), unix.RENAME_EXCHANGE), unix.EXDEV)
 	s.write("mdir/new", unix.O_CREAT|unix.O_WRONLY, 0o644, "copies mdir up")
 	s.fails("rename mdir (merged dir)", unix.Rename(s.p("mdir"), s.p("mdir2")), unix.EXDEV)
 	s.fails("rename lempty (empty lower dir)", unix.Rename(s.p("lempty"), s.p("lempty2")), unix.EXDEV)
@@ -348,6 +349,8 @@ func redirectLower(_ testing.TB, l *testutil.Layer) {
 	l.File("a/b/deep/x", "x", 0o644)
 	l.File("mdir/f", "f", 0o644)
 	l.File("keep/k", "k", 0o644)
+	l.File("ex/a/fa", "fa", 0o644).File("ex/b/fb", "fb", 0o644).File("ex/file", "file", 0o644)
+	l.File("ex2/d/fd", "fd", 0o644)
 }
 
 func redirectScript(t *testing.T, mnt string) {
@@ -370,12 +373,45 @@ func redirectScript(t *testing.T, mnt string) {
 	s.ok("mkdir ldir (over the old name's whiteout)", unix.Mkdir(s.p("ldir"), 0o755))
 	s.list("ldir")
 	s.fails("RENAME_NOREPLACE ldir2 keep", unix.Renameat2(unix.AT_FDCWD, s.p("ldir2"), unix.AT_FDCWD, s.p("keep"), unix.RENAME_NOREPLACE), unix.EEXIST)
-	s.list(".", "a", "deep3", "keep", "ldir", "ldir2", "x")
+
+	// RENAME_EXCHANGE of directories with lower instances: both move
+	// with a redirect.
+	exchange := func(what, a, b string) {
+		s.ok("RENAME_EXCHANGE "+a+" "+b+" ("+what+")", unix.Renameat2(unix.AT_FDCWD, s.p(a), unix.AT_FDCWD, s.p(b), unix.RENAME_EXCHANGE))
+	}
+	exchange("two lower dirs", "ex/a", "ex/b")
+	s.list("ex/a", "fb")
+	s.list("ex/b", "fa")
+	s.ok("mkdir ex/c", unix.Mkdir(s.p("ex/c"), 0o755))
+	s.write("ex/c/fc", unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, "fc")
+	exchange("a redirected dir and an upper-only one", "ex/a", "ex/c")
+	s.list("ex/a", "fc")
+	s.list("ex/c", "fb")
+	exchange("lower dirs in two parents", "ex/b", "ex2/d")
+	s.list("ex/b", "fd")
+	s.list("ex2/d", "fa")
+	exchange("a lower file and a redirected dir", "ex/file", "ex/c")
+	s.list("ex/file", "fb")
+	s.content("ex/c", []byte("file"))
+	s.write("ex/b/new", unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, "new")
+	s.list("ex/b", "fd", "new")
+	s.list("ex", "a", "b", "c", "file")
+	// An upper-only directory that is not opaque (made in an upper-only
+	// parent) landing, in a merged parent, on a name no lower layer has
+	// (ldir2 is ldir, moved): the kernel marks it opaque all the same.
+	s.ok("mkdir pu", unix.Mkdir(s.p("pu"), 0o755))
+	s.ok("mkdir pu/in", unix.Mkdir(s.p("pu/in"), 0o755))
+	s.write("pu/in/p", unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, "p")
+	exchange("a redirected dir and an upper-only one, on a name no lower has", "ldir2", "pu/in")
+	s.list("ldir2", "p")
+	s.list("pu/in", "f", "sub2")
+	s.list(".", "a", "deep3", "ex", "ex2", "keep", "ldir", "ldir2", "pu", "x")
 }
 
 func redirectCheck(t testing.TB, kt testutil.Tree) {
-	claim(t, kt["ldir2/sub2/g"] != nil && kt["deep3/x"] != nil && kt["keep/mdir3/f"] != nil && kt["ldir/f"] == nil, "redirected dirs")
-	claim(t, kt["ldir2"].UID == 1234 && kt["ldir2"].Mode == 0o750 && kt["ldir2"].Xattrs["user.ldir"] == "l", "ldir2 metadata: %+v", *kt["ldir2"])
+	claim(t, kt["pu/in/sub2/g"] != nil && kt["deep3/x"] != nil && kt["keep/mdir3/f"] != nil && kt["ldir/f"] == nil, "redirected dirs")
+	claim(t, kt["pu/in"].UID == 1234 && kt["pu/in"].Mode == 0o750 && kt["pu/in"].Xattrs["user.ldir"] == "l", "pu/in (ldir, moved twice) metadata: %+v", *kt["pu/in"])
+	claim(t, kt["ex/a/fc"] != nil && kt["ex/b/fd"] != nil && kt["ex2/d/fa"] != nil && kt["ex/file/fb"] != nil && kt["ex/a/fa"] == nil && kt["ldir2/p"] != nil, "exchanged dirs")
 }
 
 // ---- data: writes inside lower files, truncate, fallocate, mmap ----
