@@ -48,6 +48,11 @@ func FuzzOps(f *testing.F) {
 			{"utimes", "a", "", 7}, {"truncate", "d/s/a", "", 3}, {"symlink", "n", "", 6}, {"stat", "n", "", 0},
 			{"read", "n", "", 0}, {"stat", "d/s/a", "", 0},
 		},
+		{ // RENAME_EXCHANGE: merged directories (both redirected), a file and a directory, then use
+			{"rename-exchange", "d", "e", 0}, {"readdir", "d", "", 0}, {"readdir", "e", "", 0}, {"create", "e/a", "", 1},
+			{"rename-exchange", "a", "o", 0}, {"readdir", "a", "", 0}, {"read", "o", "", 0}, {"rename-exchange", "d", "n", 0},
+			{"readdir", ".", "", 0}, {"rmdir", "e", "", 0},
+		},
 	}
 	for _, s := range seeds {
 		f.Add(encodeOps(s))
@@ -89,7 +94,7 @@ func buildFuzz(l []*testutil.Layer, _ *testutil.Layer) {
 
 var (
 	fuzzKinds = []string{"create", "append", "truncate", "unlink", "mkdir", "rmdir", "rename", "rename-noreplace",
-		"link", "symlink", "chmod", "setxattr", "removexattr", "utimes", "read", "readdir", "stat"}
+		"link", "symlink", "chmod", "setxattr", "removexattr", "utimes", "read", "readdir", "stat", "rename-exchange"}
 	fuzzPaths = []string{".", "a", "b", "d", "d/a", "d/b", "d/s", "d/s/a", "e", "e/a", "o", "o/a", "n", "n/a", "n/b", "n/s", "n/s/a"}
 )
 
@@ -131,7 +136,7 @@ func decodeOps(data []byte) []fuzzOp {
 	for i := 0; i+3 <= len(data) && len(ops) < 20; i += 3 {
 		o := fuzzOp{kind: fuzzKinds[int(data[i])%len(fuzzKinds)], a: fuzzPaths[int(data[i+1])%len(fuzzPaths)], v: data[i+2]}
 		switch o.kind {
-		case "rename", "rename-noreplace", "link":
+		case "rename", "rename-noreplace", "rename-exchange", "link":
 			o.b = fuzzPaths[int(data[i+2])%len(fuzzPaths)]
 		}
 		ops = append(ops, o)
@@ -170,6 +175,8 @@ func (o fuzzOp) run(mnt string) string {
 		err = unix.Rename(a, b)
 	case "rename-noreplace":
 		err = unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_NOREPLACE)
+	case "rename-exchange":
+		err = unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
 	case "link":
 		err = unix.Link(a, b)
 	case "symlink":
