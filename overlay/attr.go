@@ -169,6 +169,12 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if n.ofs.hiddenXattr(attr) {
 		return syscall.EPERM
 	}
+	if isACLXattr(attr) && n.ofs.opts.Owners.mapsIDs() {
+		var err error
+		if data, err = n.ofs.opts.Owners.aclOnDisk(data); err != nil {
+			return errno(err)
+		}
+	}
 	d, name, err := n.toUpper(ctx, true)
 	if err != nil {
 		return errno(err)

@@ -5,6 +5,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/goverlay/goverlay/upper"
 )
 
 // IDMap maps a range of owner ids between the layers and the mount, as
@@ -69,8 +71,17 @@ func readOverflow(kind string) uint32 {
 }
 
 func mapID(maps []IDMap, id uint32, toShown bool, overflow uint32) uint32 {
+	if v, ok := mapIDOK(maps, id, toShown); ok {
+		return v
+	}
+	return overflow
+}
+
+// mapIDOK maps id and reports whether a map covers it (no maps: every id,
+// as it is).
+func mapIDOK(maps []IDMap, id uint32, toShown bool) (uint32, bool) {
 	if len(maps) == 0 {
-		return id
+		return id, true
 	}
 	for _, m := range maps {
 		from, to := m.Disk, m.Shown
@@ -78,10 +89,10 @@ func mapID(maps []IDMap, id uint32, toShown bool, overflow uint32) uint32 {
 			from, to = to, from
 		}
 		if id >= from && id-from < m.Len {
-			return to + (id - from)
+			return to + (id - from), true
 		}
 	}
-	return overflow
+	return 0, false
 }
 
 // shown turns on-disk owners into what the mount shows.
@@ -100,6 +111,32 @@ func (o *Owners) shown(uid, gid uint32) (uint32, uint32) {
 // onDisk turns owners as the mount's callers give them into on-disk ones.
 func (o *Owners) onDisk(uid, gid uint32) (uint32, uint32) {
 	return mapID(o.UIDs, uid, false, overflowUID), mapID(o.GIDs, gid, false, overflowGID)
+}
+
+// mapsIDs reports whether ids are mapped (uidmapping=, gidmapping=).
+func (o *Owners) mapsIDs() bool { return len(o.UIDs) > 0 || len(o.GIDs) > 0 }
+
+// aclShown maps the ids of an ACL xattr read from a layer to what the
+// mount shows, as stat's owners are: an id no map covers shows as the
+// overflow id. ACL entries are not squashed (squash_to_uid, squash_to_gid),
+// as fuse-overlayfs does not squash them either.
+func (o *Owners) aclShown(v []byte) ([]byte, error) {
+	return upper.MapACL(v,
+		func(id uint32) (uint32, bool) { return mapID(o.UIDs, id, true, overflowUID), true },
+		func(id uint32) (uint32, bool) { return mapID(o.GIDs, id, true, overflowGID), true })
+}
+
+// aclOnDisk maps the ids of an ACL xattr set through the mount to on-disk
+// ones; an id no map covers is EINVAL (aclShown would not show it back).
+func (o *Owners) aclOnDisk(v []byte) ([]byte, error) {
+	return upper.MapACL(v,
+		func(id uint32) (uint32, bool) { return mapIDOK(o.UIDs, id, false) },
+		func(id uint32) (uint32, bool) { return mapIDOK(o.GIDs, id, false) })
+}
+
+// isACLXattr reports whether attr holds a POSIX ACL.
+func isACLXattr(attr string) bool {
+	return attr == upper.ACLAccessXattr || attr == upper.ACLDefaultXattr
 }
 
 // squashed reports whether chown errors are ignored.

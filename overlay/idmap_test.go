@@ -1,7 +1,11 @@
 package overlay
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -81,5 +85,95 @@ func TestSquash(t *testing.T) {
 	}
 	if u, g := owner(t, mnt+"/f"); u != 1000 || g != 8 {
 		t.Errorf("f shown as %d:%d after chown, want 1000:8", u, g)
+	}
+}
+
+// TestACLIDMapping: with uidmapping=/gidmapping=, the named entries of an
+// ACL are shown and stored mapped, as owners are, so that the kernel, which
+// checks callers against what the mount shows, lets in the user an ACL
+// names (fuse-overlayfs 1.10 leaves ACL ids as they are on disk). An id no
+// map covers shows as the overflow id and cannot be set.
+func TestACLIDMapping(t *testing.T) {
+	for _, tool := range []string{"setfacl", "getfacl", "setpriv"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	lo := openDir(t)
+	write(t, lo+"/secret", "s")
+	os.Chmod(lo+"/secret", 0o600) // owned 0:0 on disk: shown as 100000
+	write(t, lo+"/odd", "o")
+	os.Mkdir(lo+"/d", 0o755)
+	for _, c := range [][]string{
+		{"-m", "u:1000:r,g:2000:r", lo + "/secret"},
+		{"-m", "u:70000:r", lo + "/odd"}, // beyond the mapping
+		{"-d", "-m", "u:1000:rwx", lo + "/d"},
+	} {
+		if out, err := exec.Command("setfacl", c...).CombinedOutput(); err != nil {
+			t.Skipf("setfacl %v: %v: %s", c, err, out)
+		}
+	}
+	up, work := openDir(t), openDir(t)
+	m := []IDMap{{Disk: 0, Shown: 100000, Len: 65536}}
+	mnt, _ := mountFS(t, Options{Lower: []string{lo}, Upper: up, Work: work, AllowOther: true, Owners: Owners{UIDs: m, GIDs: m}})
+	named := func(path string) string {
+		t.Helper()
+		out, err := exec.Command("getfacl", "-n", "-E", "--omit-header", path).CombinedOutput()
+		if err != nil {
+			t.Fatalf("getfacl %s: %v: %s", path, err, out)
+		}
+		var es []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(l, "user:") || strings.HasPrefix(l, "group:") || strings.HasPrefix(l, "default:user:") {
+				if f := strings.Split(l, ":"); f[len(f)-2] != "" {
+					es = append(es, strings.Join(f[:len(f)-1], ":"))
+				}
+			}
+		}
+		return strings.Join(es, ",")
+	}
+	if got := named(mnt + "/secret"); got != "user:101000,group:102000" {
+		t.Errorf("named entries of secret through the mount: %q, want user:101000,group:102000", got)
+	}
+	if got, want := named(mnt+"/odd"), fmt.Sprintf("user:%d", overflowUID); got != want {
+		t.Errorf("an ACL naming an unmapped id shows %q, want %q", got, want)
+	}
+	if got := named(mnt + "/d"); got != "default:user:101000" {
+		t.Errorf("default ACL of d through the mount: %q, want default:user:101000", got)
+	}
+
+	// The kernel checks callers against what the mount shows.
+	cat := func(uid int) error {
+		u := strconv.Itoa(uid)
+		return exec.Command("setpriv", "--reuid="+u, "--regid="+u, "--clear-groups", "cat", mnt+"/secret").Run()
+	}
+	if err := cat(101000); err != nil {
+		t.Errorf("uid 101000, named by secret's ACL (1000 on disk), reading it: %v", err)
+	}
+	if err := cat(101001); err == nil {
+		t.Errorf("uid 101001, not in secret's ACL, could read it")
+	}
+
+	// Set through the mount: stored mapped back; an unmapped id refused.
+	if out, err := exec.Command("setfacl", "-m", "u:101500:r", mnt+"/secret").CombinedOutput(); err != nil {
+		t.Fatalf("setfacl u:101500 through the mount: %v: %s", err, out)
+	}
+	if got := named(up + "/secret"); got != "user:1000,user:1500,group:2000" {
+		t.Errorf("secret's ACL on disk after setfacl u:101500: %q, want user:1000,user:1500,group:2000", got)
+	}
+	if got := named(mnt + "/secret"); got != "user:101000,user:101500,group:102000" {
+		t.Errorf("secret's ACL through the mount after setfacl: %q", got)
+	}
+	if out, err := exec.Command("setfacl", "-m", "u:50:r", mnt+"/secret").CombinedOutput(); err == nil {
+		t.Errorf("setfacl u:50 (no mapping) through the mount succeeded: %s", out)
+	}
+
+	// Inherited from the default ACL: ids copied on disk, shown mapped.
+	write(t, mnt+"/d/new", "n")
+	if got := named(up + "/d/new"); got != "user:1000" {
+		t.Errorf("d/new's inherited ACL on disk: %q, want user:1000", got)
+	}
+	if got := named(mnt + "/d/new"); got != "user:101000" {
+		t.Errorf("d/new's inherited ACL through the mount: %q, want user:101000", got)
 	}
 }

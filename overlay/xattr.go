@@ -41,6 +41,11 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	defer n.locMu.RUnlock()
 	d, name := n.xattrTarget()
 	v, err := d.Getxattr(name, attr)
+	if err == nil && isACLXattr(attr) && n.ofs.opts.Owners.mapsIDs() {
+		// Named entries show their ids mapped, as owners do: the
+		// kernel checks the caller against what we show.
+		v, err = n.ofs.opts.Owners.aclShown(v)
+	}
 	if err != nil {
 		return 0, errno(err)
 	}

@@ -18,8 +18,10 @@ import (
 //
 // The xattrs hold the kernel's binary format (include/uapi/linux/
 // posix_acl_xattr.h): a little-endian u32 version, 2, then one {u16 tag,
-// u16 perm, u32 id} per entry. The ids are copied as they are: like the
-// kernel overlay, goverlay's uid/gid mapping does not rewrite them.
+// u16 perm, u32 id} per entry. Inheritance copies the on-disk ids as they
+// are (the default ACL and the new object's ACL are both on disk);
+// uidmapping= and gidmapping= rewrite them only on their way through the
+// mount (MapACL).
 
 const (
 	// ACLAccessXattr holds an object's access ACL.
@@ -166,4 +168,32 @@ func createMasq(es []aclEntry, mode *uint32) (equiv bool, err error) {
 	m &= uint32(mask.perm)<<3 | ^uint32(0o070)
 	*mode = m
 	return equiv, nil
+}
+
+// MapACL rewrites the ids of the named-user and named-group entries of the
+// ACL xattr b with user and group, which report false for an id they
+// cannot map; such an ACL is EINVAL, as the kernel refuses an ACL naming
+// an id outside the user namespace it is set in. The owner, group, mask
+// and other entries carry no id.
+func MapACL(b []byte, user, group func(uint32) (uint32, bool)) ([]byte, error) {
+	es, err := parseACL(b)
+	if err != nil {
+		return nil, err
+	}
+	for i := range es {
+		e := &es[i]
+		var ok bool
+		switch e.tag {
+		case aclUser:
+			e.id, ok = user(e.id)
+		case aclGroup:
+			e.id, ok = group(e.id)
+		default:
+			continue
+		}
+		if !ok {
+			return nil, fmt.Errorf("ACL entry for an id with no mapping: %w", unix.EINVAL)
+		}
+	}
+	return formatACL(es), nil
 }

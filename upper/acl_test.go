@@ -315,3 +315,28 @@ func TestCreateACLs(t *testing.T) {
 	}
 	e.wantWorkEmpty(t)
 }
+
+func TestMapACL(t *testing.T) {
+	shift := func(id uint32) (uint32, bool) { return id + 100000, true }
+	onlyLow := func(id uint32) (uint32, bool) { return id, id < 10 }
+	for _, c := range []struct {
+		in          []byte
+		user, group func(uint32) (uint32, bool)
+		want        []byte
+		err         error
+	}{
+		// Only the named entries carry ids.
+		{acl("u::6", "U:5:6", "g::4", "G:7:4", "m::6", "o::0"), shift, shift,
+			acl("u::6", "U:100005:6", "g::4", "G:100007:4", "m::6", "o::0"), nil},
+		{acl("u::6", "g::4", "o::4"), onlyLow, onlyLow, acl("u::6", "g::4", "o::4"), nil},
+		// An id with no mapping refuses the whole ACL.
+		{acl("u::6", "U:50:6", "g::4", "m::6", "o::0"), onlyLow, shift, nil, unix.EINVAL},
+		{acl("u::6", "g::4", "G:50:4", "m::6", "o::0"), shift, onlyLow, nil, unix.EINVAL},
+		{[]byte{2, 0, 0}, shift, shift, nil, unix.EIO},
+	} {
+		got, err := MapACL(c.in, c.user, c.group)
+		if !errors.Is(err, c.err) || (c.err == nil && !bytes.Equal(got, c.want)) {
+			t.Errorf("MapACL(%s) = %s, %v; want %s, %v", aclString(c.in), aclString(got), err, aclString(c.want), c.err)
+		}
+	}
+}
