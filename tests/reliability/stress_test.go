@@ -148,13 +148,24 @@ func stressWorker(ctx context.Context, mnt string, rng *rand.Rand, st *stressSta
 				flags |= unix.O_TRUNC
 			}
 			var fd int
+			// Which step failed goes into the message: an open refused
+			// by the kernel for the I/O mode the daemon chose is EIO,
+			// as is a failed passthrough write.
+			step := "open"
+			if flags&unix.O_TRUNC != 0 {
+				step = "open O_TRUNC"
+			}
 			fd, err = unix.Open(abs(p), flags, 0)
 			if err == nil {
 				data := []byte(fmt.Sprintf("<%d>", rng.Intn(1000)))
+				step = "pwrite"
 				_, err = unix.Pwrite(fd, data, int64(rng.Intn(64)))
 				if cerr := unix.Close(fd); err == nil {
-					err = cerr
+					err, step = cerr, "close"
 				}
+			}
+			if err != nil {
+				what += " (" + step + ")"
 			}
 		case "read":
 			var fd int
