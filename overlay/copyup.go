@@ -131,9 +131,16 @@ func (n *node) copyUp(ctx context.Context, data bool) error {
 	if err := n.ofs.upper.CopyUp(src, pd, name, data, ino); err != nil {
 		return err
 	}
+	// The switch holds locMu: an open that found the lower file has
+	// counted its handle (openMode) before a writer, which opens only
+	// after this, chooses its I/O mode; otherwise a reader of the lower
+	// file could be cached while the writer goes passthrough, and the
+	// kernel fails the second open with EIO (fuse_file_io_open()).
+	n.locMu.Lock()
 	n.mu.Lock()
 	n.links = []link{{lower.Member{Dir: pd}, name}}
 	n.mu.Unlock()
+	n.locMu.Unlock()
 	var ust unix.Stat_t
 	if pd.Stat(name, &ust) == nil {
 		n.ofs.registerUpperFile(n, &ust)

@@ -47,7 +47,18 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, errno(err)
 	}
-	return newHandle(n, fd, par.Layer.Upper, write), handleOpenFlags, 0
+	h := newHandle(n, fd, par.Layer.Upper, write)
+	if h.passthrough && !write {
+		// A reader that joins passthrough may be the one whose fd
+		// go-fuse registers as the node's backing file, which every
+		// passthrough handle then writes through: it must be
+		// writable (the daemon may open the upper file so).
+		if rw, err := par.Open(name, bflags&^unix.O_ACCMODE|unix.O_RDWR); err == nil {
+			unix.Close(h.fd)
+			h.fd = rw
+		}
+	}
+	return h, handleOpenFlags, 0
 }
 
 var _ = (fs.NodeReadlinker)((*node)(nil))

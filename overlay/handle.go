@@ -180,7 +180,8 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		unix.Close(h.stale)
 		h.stale = -1
 	}
-	h.n.closed(h.passthrough)
+	n, pt := h.n, h.passthrough
+	n.ofs.raw.afterRelease(ctx, func() { n.closed(pt) })
 	return errno(err)
 }
 

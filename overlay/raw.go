@@ -18,6 +18,9 @@ import (
 type rawFS struct {
 	fuse.RawFileSystem
 	marks sync.Map // <-chan struct{} → reqMark
+	// releasing holds, for each RELEASE in flight, what its handle left
+	// to run once go-fuse is done with the file (afterRelease).
+	releasing sync.Map // <-chan struct{} → *func()
 }
 
 // reqMark is what rawFS saw on a request.
@@ -116,3 +119,33 @@ func (r *rawFS) killRequested(ctx context.Context) bool { return r.seen(ctx).fla
 // umask is the umask of the caller of the CREATE, MKDIR, MKNOD or TMPFILE
 // request of ctx.
 func (r *rawFS) umask(ctx context.Context) uint32 { return r.seen(ctx).umask }
+
+// Release runs go-fuse's RELEASE, then what the handle's Release left for
+// after it (afterRelease). go-fuse calls the handle's Release first and
+// only then drops the node's backing-file reference, for every handle,
+// passthrough or not: while that is pending, the handle must still count
+// as open, or a writer could register a new backing file that the
+// cached handle's release then unregisters before the kernel uses it,
+// and the writer's open fails with EIO (bug 10 in
+// tests/reliability/README.md).
+func (r *rawFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	after := new(func())
+	r.releasing.Store(cancel, after)
+	r.RawFileSystem.Release(cancel, in)
+	r.releasing.Delete(cancel)
+	if *after != nil {
+		(*after)()
+	}
+}
+
+// afterRelease runs fn once go-fuse has finished the RELEASE request of
+// ctx, or at once outside one.
+func (r *rawFS) afterRelease(ctx context.Context, fn func()) {
+	if c, ok := ctx.(*fuse.Context); ok && r != nil {
+		if v, ok := r.releasing.Load(c.Cancel); ok {
+			*v.(*func()) = fn
+			return
+		}
+	}
+	fn()
+}
