@@ -6,22 +6,58 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/pkg/xattr"
 	"golang.org/x/sys/unix"
 )
 
 // Getxattr reads attribute attr of entry name in d, or of d itself when name
 // is "". A symlink entry's own attributes are read, never its target's.
-//
-// d's own attributes are read through its fd (fgetxattr), an entry's with
-// getxattrat(2) relative to it (Linux 6.13+), and only where that is missing
-// through /proc/self/fd/N/NAME, which costs a path walk through procfs on
+func (d *Dir) Getxattr(name, attr string) ([]byte, error) {
+	return d.readXattrs(name, xattrCalls{
+		fd:   func(fd int, buf []byte) (int, error) { return unix.Fgetxattr(fd, attr, buf) },
+		at:   func(fd int, buf []byte) (int, error) { return getxattrat(fd, name, attr, buf) },
+		path: func(p string, buf []byte) (int, error) { return unix.Getxattr(p, attr, buf) },
+		link: func(p string, buf []byte) (int, error) { return unix.Lgetxattr(p, attr, buf) },
+	})
+}
+
+// Listxattr lists the attribute names of entry name in d, or of d itself
+// when name is "", the way Getxattr reads them.
+func (d *Dir) Listxattr(name string) ([]string, error) {
+	raw, err := d.readXattrs(name, xattrCalls{
+		fd:   unix.Flistxattr,
+		at:   func(fd int, buf []byte) (int, error) { return listxattrat(fd, name, buf) },
+		path: unix.Listxattr,
+		link: unix.Llistxattr,
+	})
+	return splitNames(raw), err
+}
+
+// xattrCalls are the four forms of one xattr read (a get of one attribute,
+// or the list), each filling buf or, given none, reporting the size.
+type xattrCalls struct {
+	fd   func(fd int, buf []byte) (int, error)    // d itself, through its fd
+	at   func(dirfd int, buf []byte) (int, error) // an entry, *xattrat(2)
+	path func(p string, buf []byte) (int, error)  // following the path
+	link func(p string, buf []byte) (int, error)  // not following it
+}
+
+// readXattrs runs an xattr read of entry name in d, or of d itself for "".
+// d's own attributes are read through its fd, an entry's with the *xattrat
+// calls relative to it (Linux 6.13+), and only where those cannot serve
+// through /proc/self/fd/N[/NAME], which costs a path walk through procfs on
 // every call: a lookup reads a directory's opaque and redirect marks, and
 // the kernel asks security.capability of each new file.
-func (d *Dir) Getxattr(name, attr string) (v []byte, err error) {
+func (d *Dir) readXattrs(name string, c xattrCalls) (v []byte, err error) {
+	viaProc := func(call func(p string, buf []byte) (int, error)) ([]byte, error) {
+		err = d.DoPath(name, func(p string) error {
+			v, err = readXattr(func(buf []byte) (int, error) { return call(p, buf) })
+			return err
+		})
+		return v, err
+	}
 	if name == "" {
 		err = d.Do(func(fd int) error {
-			v, err = readXattr(func(buf []byte) (int, error) { return unix.Fgetxattr(fd, attr, buf) })
+			v, err = readXattr(func(buf []byte) (int, error) { return c.fd(fd, buf) })
 			return err
 		})
 		if !errors.Is(err, unix.EBADF) {
@@ -29,15 +65,11 @@ func (d *Dir) Getxattr(name, attr string) (v []byte, err error) {
 		}
 		// An O_PATH fd (a directory we may search but not read):
 		// /proc/self/fd/N is a magic link, followed to the directory.
-		err = d.DoPath("", func(p string) error {
-			v, err = xattr.Get(p, attr)
-			return err
-		})
-		return v, err
+		return viaProc(c.path)
 	}
 	if !noXattrAt.Load() {
 		err = d.Do(func(fd int) error {
-			v, err = readXattr(func(buf []byte) (int, error) { return getxattrat(fd, name, attr, buf) })
+			v, err = readXattr(func(buf []byte) (int, error) { return c.at(fd, buf) })
 			return err
 		})
 		if !errors.Is(err, unix.ENOSYS) {
@@ -45,46 +77,7 @@ func (d *Dir) Getxattr(name, attr string) (v []byte, err error) {
 		}
 		noXattrAt.Store(true)
 	}
-	err = d.DoPath(name, func(p string) error {
-		v, err = xattr.LGet(p, attr)
-		return err
-	})
-	return v, err
-}
-
-// Listxattr lists the attribute names of entry name in d, or of d itself
-// when name is "", the way Getxattr reads them.
-func (d *Dir) Listxattr(name string) (names []string, err error) {
-	var raw []byte
-	if name == "" {
-		err = d.Do(func(fd int) error {
-			raw, err = readXattr(func(buf []byte) (int, error) { return unix.Flistxattr(fd, buf) })
-			return err
-		})
-		if !errors.Is(err, unix.EBADF) {
-			return splitNames(raw), err
-		}
-		err = d.DoPath("", func(p string) error {
-			names, err = xattr.List(p)
-			return err
-		})
-		return names, err
-	}
-	if !noXattrAt.Load() {
-		err = d.Do(func(fd int) error {
-			raw, err = readXattr(func(buf []byte) (int, error) { return listxattrat(fd, name, buf) })
-			return err
-		})
-		if !errors.Is(err, unix.ENOSYS) {
-			return splitNames(raw), err
-		}
-		noXattrAt.Store(true)
-	}
-	err = d.DoPath(name, func(p string) error {
-		names, err = xattr.LList(p)
-		return err
-	})
-	return names, err
+	return viaProc(c.link)
 }
 
 // noXattrAt is set once the kernel answered ENOSYS to getxattrat or
