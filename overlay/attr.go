@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goverlay/goverlay/lower"
+	"github.com/goverlay/goverlay/upper"
 )
 
 // toUpper copies n up and returns where it is in the upper layer: a
@@ -225,7 +226,7 @@ func (n *node) xattrChanged(attr string) {
 	if isSecurityXattr(attr) {
 		n.invalidateNoSec()
 	}
-	if attr == aclAccessXattr {
+	if attr == upper.ACLAccessXattr {
 		n.refreshFastExec()
 	}
 }

@@ -5,6 +5,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/upper"
 )
 
 // The fast-exec bit of a directory says "anyone may search it": x for
@@ -23,15 +25,12 @@ import (
 // restrictedTimeout, the conservative choice for the directories whose
 // permission answer can differ by caller.
 
-// aclAccessXattr holds a POSIX access ACL.
-const aclAccessXattr = "system.posix_acl_access"
-
 // computeFastExec sets n's fast-exec bit from st, n's topmost instance.
 func (n *node) computeFastExec(st *unix.Stat_t) {
 	fast := st.Mode&0o111 == 0o111
 	if fast {
 		top := n.top()
-		if _, err := top.Getxattr("", aclAccessXattr); err == nil {
+		if _, err := top.Getxattr("", upper.ACLAccessXattr); err == nil {
 			fast = false
 		}
 	}

@@ -160,10 +160,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	// so that both write the same upper layer.
 	opaque := false
 	if src.isDir() && !redirected {
-		if opaque = np.merged(); !opaque {
-			if opaque, err = np.inLower(newName); err != nil {
-				return errno(err)
-			}
+		if opaque, err = np.landsOpaque(newName); err != nil {
+			return errno(err)
 		}
 	}
 	var whiteout bool
@@ -171,11 +169,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if exchange {
 		if dst.isDir() && !dstRedirected {
 			// The other way round, the same rule as for src above.
-			dopaque := n.merged()
-			if !dopaque {
-				if dopaque, err = n.inLower(name); err != nil {
-					return errno(err)
-				}
+			dopaque, err := n.landsOpaque(name)
+			if err != nil {
+				return errno(err)
 			}
 			if dopaque {
 				if err := n.ofs.upper.SetOpaque(dd, newName); err != nil {
@@ -220,6 +216,16 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		replaced.removeLink(dd, newName)
 	}
 	return 0
+}
+
+// landsOpaque reports whether an upper-only directory moved to name in
+// directory p must be marked opaque: p is merged, or a lower layer has
+// name (see Rename).
+func (p *node) landsOpaque(name string) (bool, error) {
+	if p.merged() {
+		return true, nil
+	}
+	return p.inLower(name)
 }
 
 // moved records that c now lives in upper directory d under name.
