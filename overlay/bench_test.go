@@ -17,16 +17,7 @@ func BenchmarkWrite1K(b *testing.B) {
 	for _, m := range matrix {
 		b.Run(m.name, func(b *testing.B) {
 			lo, up, work := b.TempDir(), b.TempDir(), b.TempDir()
-			f, err := New(Options{Lower: []string{lo}, Upper: up, Work: work, NoSec: m.mode, Passthrough: m.passthrough})
-			if err != nil {
-				b.Fatal(err)
-			}
-			mnt := b.TempDir()
-			srv, err := f.Mount(mnt)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() { srv.Unmount(); srv.Wait(); f.Close() }()
+			mnt, f := mountFS(b, Options{Lower: []string{lo}, Upper: up, Work: work, NoSec: m.mode, Passthrough: m.passthrough})
 			w, err := os.Create(mnt + "/dummy")
 			if err != nil {
 				b.Fatal(err)
@@ -57,7 +48,7 @@ func BenchmarkWrite1K(b *testing.B) {
 func BenchmarkReaddir(b *testing.B) {
 	const n = 20000
 	layers := []string{b.TempDir(), b.TempDir(), b.TempDir()}
-	up, work, mnt := b.TempDir(), b.TempDir(), b.TempDir()
+	up, work := b.TempDir(), b.TempDir()
 	for i := 0; i < n; i++ {
 		dir := layers[i%3]
 		if i%40 == 0 {
@@ -70,15 +61,7 @@ func BenchmarkReaddir(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	f, err := New(Options{Lower: layers, Upper: up, Work: work, NoSec: NoSecOn, Passthrough: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv, err := f.Mount(mnt)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { srv.Unmount(); srv.Wait(); f.Close() }()
+	mnt := mountT(b, Options{Lower: layers, Upper: up, Work: work, NoSec: NoSecOn, Passthrough: true})
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		d, err := os.Open(mnt + "/big")
@@ -107,16 +90,7 @@ func BenchmarkCreate(b *testing.B) {
 			if err := os.Mkdir(lo+"/d", 0o755); err != nil {
 				b.Fatal(err)
 			}
-			f, err := New(Options{Lower: []string{lo}, Upper: up, Work: work, NoSec: m.mode, Passthrough: m.passthrough})
-			if err != nil {
-				b.Fatal(err)
-			}
-			mnt := b.TempDir()
-			srv, err := f.Mount(mnt)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() { srv.Unmount(); srv.Wait(); f.Close() }()
+			mnt := mountT(b, Options{Lower: []string{lo}, Upper: up, Work: work, NoSec: m.mode, Passthrough: m.passthrough})
 			dir := mnt + "/d/"
 			names := make([]string, 256)
 			for i := range names {

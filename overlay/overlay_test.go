@@ -13,14 +13,14 @@ import (
 
 // mountT mounts an overlay in-process, so that -race sees both the test and
 // the filesystem, and unmounts it when the test ends.
-func mountT(t *testing.T, o Options) string {
+func mountT(t testing.TB, o Options) string {
 	t.Helper()
 	mnt, _ := mountFS(t, o)
 	return mnt
 }
 
 // mountFS is mountT that also returns the FS, for its counters.
-func mountFS(t *testing.T, o Options) (string, *FS) {
+func mountFS(t testing.TB, o Options) (string, *FS) {
 	t.Helper()
 	if os.Getuid() != 0 {
 		t.Skip("mounting needs root")

@@ -102,14 +102,7 @@ D /data/delete.txt
 // the store must hold the forced mode and the override xattr. goverlay is
 // checked; fuse-overlayfs's differences are logged (README.md).
 func TestPodmanForceMask(t *testing.T) {
-	testutil.RequireRoot(t)
-	lookTools(t, map[string]string{
-		"podman": "podman", "runc": "runc", "conmon": "conmon", "setcap": "libcap2-bin",
-		"fusermount3": "fuse3", "tar": "tar",
-	})
-	prev := subreaper(false)
-	t.Cleanup(func() { subreaper(prev) })
-	rootfs := buildImage(t)
+	rootfs := podmanSetup(t, nil)
 	l := testutil.NewLayer(t, rootfs).
 		File("data/home/own.txt", "own\n", 0o644).
 		File("data/private/p.txt", "p\n", 0o640)

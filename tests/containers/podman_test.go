@@ -164,6 +164,29 @@ D /data/rename.txt
 
 const wantPing = "plain ping: exit 1 ping: permission denied (are you root?)\n/caps/ping: exit 0 \n"
 
+// podmanSetup is what every podman test does first: it needs root, skips
+// without the tools podman runs with (and extra ones), lets the daemons
+// that podman starts go, and builds the image's root folder, which it
+// returns.
+func podmanSetup(t *testing.T, extra map[string]string) string {
+	testutil.RequireRoot(t)
+	tools := map[string]string{
+		"podman": "podman", "runc": "runc", "conmon": "conmon", "setcap": "libcap2-bin",
+		"fusermount3": "fuse3", "tar": "tar",
+	}
+	for k, v := range extra {
+		tools[k] = v
+	}
+	lookTools(t, tools)
+	// Podman's conmon forks into the background, and so do the mount
+	// programs: with the test process as child subreaper (testutil
+	// sets it to collect daemons' exit statuses) they would become its
+	// zombies, which podman takes for live processes.
+	prev := subreaper(false)
+	t.Cleanup(func() { subreaper(prev) })
+	return buildImage(t)
+}
+
 // buildImage makes the image's root folder: static busybox with a link
 // per applet, a busybox copy with cap_net_raw+ep, /data to change, and
 // the scripts.
@@ -420,18 +443,7 @@ func podmanPrograms(t *testing.T) []mountProgram {
 // needs its file capability. Every step's output must be what the
 // scripts say, and the same as the reference's.
 func TestPodman(t *testing.T) {
-	testutil.RequireRoot(t)
-	lookTools(t, map[string]string{
-		"podman": "podman", "runc": "runc", "conmon": "conmon", "setcap": "libcap2-bin",
-		"fusermount3": "fuse3", "tar": "tar",
-	})
-	// Podman's conmon forks into the background, and so do the mount
-	// programs: with the test process as child subreaper (testutil
-	// sets it to collect daemons' exit statuses) they would become its
-	// zombies, which podman takes for live processes.
-	prev := subreaper(false)
-	t.Cleanup(func() { subreaper(prev) })
-	rootfs := buildImage(t)
+	rootfs := podmanSetup(t, nil)
 
 	progs := podmanPrograms(t)
 	results := map[string][]step{}

@@ -79,17 +79,12 @@ func newRootlessPodman(t *testing.T, prog mountProgram, uid, gid int) *podman {
 // passes no uidmapping= and no userxattr rootless; the mount program runs
 // as root of podman's user namespace.
 func TestRootlessPodman(t *testing.T) {
-	testutil.RequireRoot(t)
-	lookTools(t, map[string]string{
-		"podman": "podman", "runc": "runc", "conmon": "conmon", "setcap": "libcap2-bin",
-		"fusermount3": "fuse3", "tar": "tar", "unshare": "util-linux", "setpriv": "util-linux",
+	rootfs := podmanSetup(t, map[string]string{
+		"unshare": "util-linux", "setpriv": "util-linux",
 		"newuidmap": "uidmap", "newgidmap": "uidmap", "usermod": "passwd",
 	})
 	uid, gid := testutil.TestUser(t)
 	ensureSubIDs(t, testutil.TestUserName)
-	prev := subreaper(false)
-	t.Cleanup(func() { subreaper(prev) })
-	rootfs := buildImage(t)
 
 	progs := podmanPrograms(t)
 	results := map[string][]step{}
