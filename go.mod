@@ -3,6 +3,7 @@ module github.com/goverlay/goverlay
 go 1.26.8
 
 require (
+	github.com/cpuguy83/go-md2man/v2 v2.0.7
 	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/pkg/xattr v0.4.12
 	github.com/schollz/progressbar/v3 v3.19.1
@@ -20,6 +21,9 @@ require (
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
+	github.com/russross/blackfriday/v2 v2.1.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/text v0.28.0 // indirect
 )
+
+tool github.com/cpuguy83/go-md2man/v2

@@ -9,10 +9,52 @@ import (
 	"text/tabwriter"
 )
 
-// version is set at build time:
+// version is set at build time by the Makefile, from git describe:
 //
 //	go build -ldflags "-X main.version=1.2.3" ./cmd/goverlay
-var version = "dev"
+//
+// Left empty, goverlayVersion falls back on the module build information.
+var version = ""
+
+// goverlayVersion says what was built: the version given at link time;
+// else the module version "go install ...@v1.2.3" records; else the VCS
+// revision "go build" records in a git checkout (with "-dirty" for
+// uncommitted changes); else a note that the build carries no version.
+func goverlayVersion() string {
+	if version != "" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown (built without module information)"
+	}
+	return versionFromBuildInfo(bi)
+}
+
+func versionFromBuildInfo(bi *debug.BuildInfo) string {
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	settings := map[string]string{}
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	rev := settings["vcs.revision"]
+	if rev == "" {
+		return "unknown (no version information in this build: build with make, or with go build -buildvcs=true in a git clone)"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	v := "devel-" + rev
+	if settings["vcs.modified"] == "true" {
+		v += "-dirty"
+	}
+	if t := settings["vcs.time"]; t != "" {
+		v += " (" + t + ")"
+	}
+	return v
+}
 
 const goFuseModule = "github.com/hanwen/go-fuse/v2"
 
@@ -37,7 +79,7 @@ func goFuseVersion() string {
 // printVersion mirrors fuse-overlayfs -V: our version, then the FUSE
 // library's.
 func printVersion(w io.Writer) {
-	fmt.Fprintf(w, "goverlay %s\n", version)
+	fmt.Fprintf(w, "goverlay %s\n", goverlayVersion())
 	fmt.Fprintf(w, "go-fuse %s\n", goFuseVersion())
 	fmt.Fprintf(w, "%s\n", runtime.Version())
 }

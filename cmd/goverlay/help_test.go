@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -59,10 +60,42 @@ func TestOptionsMarkdown(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
+	defer func(v string) { version = v }(version)
+	version = "1.2.3"
 	var b bytes.Buffer
 	printVersion(&b)
-	if !strings.HasPrefix(b.String(), "goverlay "+version+"\ngo-fuse ") {
+	if !strings.HasPrefix(b.String(), "goverlay 1.2.3\ngo-fuse ") {
 		t.Errorf("version output %q", b.String())
+	}
+}
+
+// TestVersionFromBuildInfo: without -ldflags -X, the version comes from
+// what the go command recorded, and never reads as a bare "dev".
+func TestVersionFromBuildInfo(t *testing.T) {
+	vcs := func(kv ...string) []debug.BuildSetting {
+		var s []debug.BuildSetting
+		for i := 0; i < len(kv); i += 2 {
+			s = append(s, debug.BuildSetting{Key: kv[i], Value: kv[i+1]})
+		}
+		return s
+	}
+	for _, c := range []struct {
+		name string
+		bi   debug.BuildInfo
+		want string
+	}{
+		{"go install @version", debug.BuildInfo{Main: debug.Module{Version: "v1.4.0"}}, "v1.4.0"},
+		{"git checkout", debug.BuildInfo{Main: debug.Module{Version: "(devel)"},
+			Settings: vcs("vcs", "git", "vcs.revision", "032f20687312bc4aec957406bffc62cfb118c714", "vcs.time", "2026-11-30T13:45:57Z", "vcs.modified", "false")},
+			"devel-032f20687312 (2026-11-30T13:45:57Z)"},
+		{"modified checkout", debug.BuildInfo{Main: debug.Module{Version: "(devel)"},
+			Settings: vcs("vcs.revision", "032f20687312bc4aec957406bffc62cfb118c714", "vcs.modified", "true")},
+			"devel-032f20687312-dirty"},
+		{"no vcs information", debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "unknown (no version information in this build: build with make, or with go build -buildvcs=true in a git clone)"},
+	} {
+		if got := versionFromBuildInfo(&c.bi); got != c.want {
+			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
+		}
 	}
 }
 

@@ -62,11 +62,17 @@ func WaitMounted(dir string, timeout time.Duration, gone <-chan struct{}) error 
 // that nothing is left mounted.
 func Adopt(t testing.TB, dir string) *Mounted {
 	t.Helper()
+	return AdoptOf(t, dir, Binary(t))
+}
+
+// AdoptOf is Adopt for a mount served by another goverlay binary than the
+// one the tests built (an installed one).
+func AdoptOf(t testing.TB, dir, bin string) *Mounted {
+	t.Helper()
 	LeakCheck(t)
 	m := &Mounted{Dir: dir}
 	trackMount(dir)
 	t.Cleanup(func() { m.finish(t, true, false) })
-	bin := Binary(t)
 	pids := FindProcs(bin, dir)
 	if len(pids) != 1 {
 		t.Fatalf("want one %s process serving %s, found %v", filepath.Base(bin), dir, pids)

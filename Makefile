@@ -1,0 +1,59 @@
+# goverlay: build, install and uninstall.
+#
+#   make                  build ./goverlay, its version from git describe
+#   make install          install the binary and the man page (as root)
+#   make uninstall        remove what install put in place
+#   make man              regenerate docs/goverlay.1 from docs/goverlay.1.md
+#   make check            go vet and the test suite (as root: tests mount)
+#
+# PREFIX, BINDIR, MANDIR and DESTDIR work as in other projects' Makefiles:
+# make install PREFIX=/usr puts the binary in /usr/bin.
+#
+# mount -t fuse.goverlay runs mount.fuse3, which runs "/bin/sh -c 'goverlay
+# SOURCE MOUNTPOINT -o OPTS'"; mount(8) gives its helpers the PATH
+# /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin whatever the
+# caller's, so the binary must be in one of those directories: BINDIR is
+# /usr/local/bin or /usr/bin for that. containers/storage runs the absolute
+# path given as mount_program.
+
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+MANDIR  ?= $(PREFIX)/share/man
+DESTDIR ?=
+
+GO      ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
+
+.PHONY: all install uninstall man check clean
+
+# BIN is where the build goes.
+BIN     ?= goverlay
+
+all: $(BIN)
+
+# Always rebuilt: go build knows what is stale.
+$(BIN): FORCE
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/goverlay
+
+FORCE:
+
+install: $(BIN) docs/goverlay.1
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1
+	install -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/goverlay
+	install -m 0644 docs/goverlay.1 $(DESTDIR)$(MANDIR)/man1/goverlay.1
+	@test -n "$(DESTDIR)" || mandb -q >/dev/null 2>&1 || true
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/goverlay $(DESTDIR)$(MANDIR)/man1/goverlay.1
+	@test -n "$(DESTDIR)" || mandb -q >/dev/null 2>&1 || true
+
+man: FORCE
+	$(GO) tool go-md2man -in docs/goverlay.1.md -out docs/goverlay.1
+
+check:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+clean:
+	rm -f $(BIN)
