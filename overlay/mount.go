@@ -69,6 +69,10 @@ type Options struct {
 
 	// Debug logs every FUSE request.
 	Debug bool
+	// Verbose logs what was decided at mount time (NOSEC on or off, and
+	// why), which goverlay stats reports anyway; cmd/goverlay sets it
+	// with -d or --log, so that a plain mount prints nothing.
+	Verbose bool
 	// Logger receives warnings and decisions; nil means the standard
 	// logger.
 	Logger *log.Logger
@@ -156,7 +160,9 @@ func New(o Options) (*FS, error) {
 		// them itself, through SETATTR, when NOSEC is off.
 		f.nosec, f.nosecWhy = false, "xattr_permissions keeps modes in an xattr; the kernel removes privileges through SETATTR"
 	}
-	f.log.Printf("NOSEC %s: %s", map[bool]string{true: "on", false: "off"}[f.nosec], f.nosecWhy)
+	if o.Verbose || o.Debug {
+		f.log.Printf("NOSEC %s: %s", map[bool]string{true: "on", false: "off"}[f.nosec], f.nosecWhy)
+	}
 	return f, nil
 }
 

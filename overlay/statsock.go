@@ -12,7 +12,9 @@ import (
 	"github.com/goverlay/goverlay/lower"
 )
 
-// Stats is what a live mount reports to `goverlay stats`.
+// Stats is what a live mount reports to `goverlay stats`. The JSON names
+// are the labels of the text output, with underscores for spaces; keep
+// cmd/goverlay/stats.go's descriptions in step.
 type Stats struct {
 	Mountpoint string `json:"mountpoint"`
 	PID        int    `json:"pid"`
@@ -23,41 +25,43 @@ type Stats struct {
 
 	// CapGetxattr counts GETXATTR(security.capability) requests served;
 	// CapGetxattrCached those answered without asking the upper layer.
-	CapGetxattr       uint64 `json:"getxattr_security_capability"`
-	CapGetxattrCached uint64 `json:"getxattr_security_capability_cached"`
+	CapGetxattr       uint64 `json:"capability_reads"`
+	CapGetxattrCached uint64 `json:"capability_reads_cached"`
 	// PrivChecks counts kill requests that looked at the file;
 	// PrivSkipped those the per-inode NoSec fact answered.
-	PrivChecks  uint64 `json:"priv_checks"`
-	PrivSkipped uint64 `json:"priv_checks_skipped"`
-	KilledSuid  uint64 `json:"killed_suid"`
-	KilledSgid  uint64 `json:"killed_sgid"`
-	KilledCaps  uint64 `json:"killed_caps"`
+	PrivChecks  uint64 `json:"privilege_checks"`
+	PrivSkipped uint64 `json:"privilege_checks_skipped"`
+	KilledSuid  uint64 `json:"removed_suid"`
+	KilledSgid  uint64 `json:"removed_sgid"`
+	KilledCaps  uint64 `json:"removed_capabilities"`
 
 	CopyUps   uint64 `json:"copy_ups"`
 	Whiteouts uint64 `json:"whiteouts"`
 	// OpensPassthrough and OpensCached count file opens by the I/O mode
-	// they were offered.
+	// they were offered: passthrough, or through the daemon (with the
+	// kernel's page cache).
 	OpensPassthrough uint64 `json:"opens_passthrough"`
-	OpensCached      uint64 `json:"opens_cached"`
+	OpensCached      uint64 `json:"opens_through_goverlay"`
 
 	// Lookups counts LOOKUPs that reached the daemon, NegativeLookups
 	// those that found nothing (the kernel then caches the miss);
 	// Getattrs counts attribute refreshes served.
 	Lookups         uint64 `json:"lookups"`
-	NegativeLookups uint64 `json:"negative_lookups"`
-	Getattrs        uint64 `json:"getattrs"`
+	NegativeLookups uint64 `json:"lookups_not_found"`
+	Getattrs        uint64 `json:"attribute_requests"`
 	// FastExecDirs and RestrictedDirs count directories instantiated by
-	// their fast-exec bit.
-	FastExecDirs   uint64 `json:"fast_exec_dirs"`
-	RestrictedDirs uint64 `json:"restricted_dirs"`
+	// their fast-exec bit: searchable by everyone (attributes trusted
+	// for an hour) or not (for a second; overlay/fastexec.go).
+	FastExecDirs   uint64 `json:"dirs_searchable_by_all"`
+	RestrictedDirs uint64 `json:"dirs_search_restricted"`
 	// LayerAnswers counts the names lookups settled in a read-only layer
 	// from its cached directory listings, without a system call (absent,
 	// or whited out); LayerProbes those they asked a layer for (fstatat),
 	// the upper included; ListingsRead the directories read into
 	// listings, and ListingEntries what the cached ones hold now (of all
 	// the mounts in this process).
-	LayerAnswers   uint64 `json:"layer_answers_cached"`
-	LayerProbes    uint64 `json:"layer_probes"`
+	LayerAnswers   uint64 `json:"names_from_listings"`
+	LayerProbes    uint64 `json:"names_asked_of_layers"`
 	ListingsRead   uint64 `json:"listings_read"`
 	ListingEntries int    `json:"listing_entries"`
 }

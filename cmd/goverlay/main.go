@@ -146,6 +146,7 @@ func overlayOptions(cfg *config, euid int, logger *log.Logger) overlay.Options {
 		AllowOther:    cfg.AllowOther || euid == 0,
 		KernelOptions: kernel,
 		Debug:         cfg.Debug,
+		Verbose:       cfg.Debug || cfg.LogFile != "",
 		Logger:        logger,
 	}
 }

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/goverlay/goverlay/overlay"
@@ -34,7 +39,7 @@ func runStats(args []string, stdout, stderr io.Writer) int {
 	}
 	s, err := overlay.ReadStats(mnt)
 	if err != nil {
-		fmt.Fprintf(stderr, "goverlay: %v; is a goverlay daemon serving it?\n", err)
+		fmt.Fprintf(stderr, "goverlay: %s\n", whyNoStats(mnt, err))
 		return exitBadLayer
 	}
 	if asJSON {
@@ -43,21 +48,132 @@ func runStats(args []string, stdout, stderr io.Writer) int {
 		e.Encode(s)
 		return exitOK
 	}
-	on := map[bool]string{true: "on", false: "off"}
-	w := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
-	fmt.Fprintf(w, "mountpoint\t%s (pid %d)\n", s.Mountpoint, s.PID)
-	fmt.Fprintf(w, "NOSEC\t%s: %s\n", on[s.NoSec], s.NoSecReason)
-	fmt.Fprintf(w, "GETXATTR(security.capability)\t%d served, %d from the cache\n", s.CapGetxattr, s.CapGetxattrCached)
-	fmt.Fprintf(w, "privilege checks\t%d executed, %d skipped (file known clean)\n", s.PrivChecks, s.PrivSkipped)
-	fmt.Fprintf(w, "privileges removed\tsuid %d, sgid %d, security.capability %d\n", s.KilledSuid, s.KilledSgid, s.KilledCaps)
-	fmt.Fprintf(w, "copy-ups\t%d\n", s.CopyUps)
-	fmt.Fprintf(w, "whiteouts\t%d\n", s.Whiteouts)
-	fmt.Fprintf(w, "opens\t%d passthrough, %d through goverlay\n", s.OpensPassthrough, s.OpensCached)
-	fmt.Fprintf(w, "lookups served\t%d, %d of them misses\n", s.Lookups, s.NegativeLookups)
-	fmt.Fprintf(w, "names settled in a layer\t%d from cached listings, %d asked of the layer\n", s.LayerAnswers, s.LayerProbes)
-	fmt.Fprintf(w, "directory listings\t%d read, %d entries cached\n", s.ListingsRead, s.ListingEntries)
-	fmt.Fprintf(w, "attribute refreshes served\t%d\n", s.Getattrs)
-	fmt.Fprintf(w, "directories\t%d fast-exec, %d restricted\n", s.FastExecDirs, s.RestrictedDirs)
-	w.Flush()
+	writeStats(stdout, s)
 	return exitOK
+}
+
+// statsRow is one line of the text output: the JSON name with spaces for
+// underscores, the value, and what it counts.
+type statsRow struct {
+	key, value, desc string
+}
+
+// statsRows lays s out for the text output, one row per JSON field, in
+// the JSON's order. TestStatsTextMatchesJSON keeps the two in step.
+func statsRows(s overlay.Stats) []statsRow {
+	n := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	onOff := map[bool]string{true: "on", false: "off"}
+	return []statsRow{
+		{"mountpoint", s.Mountpoint, ""},
+		{"pid", strconv.Itoa(s.PID), "the goverlay process serving it"},
+		{"nosec", onOff[s.NoSec], "whether the kernel skips the security.capability check before each write"},
+		{"nosec_reason", s.NoSecReason, ""},
+		{"capability_reads", n(s.CapGetxattr), "GETXATTR(security.capability) requests served"},
+		{"capability_reads_cached", n(s.CapGetxattrCached), "of them answered from memory, without reading the upper layer"},
+		{"privilege_checks", n(s.PrivChecks), "writes, truncates and chowns after which goverlay looked for setuid, setgid and capabilities to remove"},
+		{"privilege_checks_skipped", n(s.PrivSkipped), "those it skipped: the file was known to carry none"},
+		{"removed_suid", n(s.KilledSuid), "setuid bits removed"},
+		{"removed_sgid", n(s.KilledSgid), "setgid bits removed"},
+		{"removed_capabilities", n(s.KilledCaps), "security.capability xattrs removed"},
+		{"copy_ups", n(s.CopyUps), "files and directories copied from a lower layer to the upper one"},
+		{"whiteouts", n(s.Whiteouts), "deletions of lower names recorded in the upper layer"},
+		{"opens_passthrough", n(s.OpensPassthrough), "file opens the kernel reads and writes directly (FUSE passthrough)"},
+		{"opens_through_goverlay", n(s.OpensCached), "file opens whose reads and writes go through goverlay"},
+		{"lookups", n(s.Lookups), "name lookups the kernel asked goverlay for"},
+		{"lookups_not_found", n(s.NegativeLookups), "of them for a name that does not exist (the kernel then remembers that)"},
+		{"attribute_requests", n(s.Getattrs), "stat requests the kernel could not answer from its cache"},
+		{"dirs_searchable_by_all", n(s.FastExecDirs), "directories anyone may search: the kernel keeps their attributes for an hour"},
+		{"dirs_search_restricted", n(s.RestrictedDirs), "directories some users may not search: their attributes are checked again after a second"},
+		{"names_from_listings", n(s.LayerAnswers), "names a lookup found or ruled out in a lower layer's cached directory listing"},
+		{"names_asked_of_layers", n(s.LayerProbes), "names a lookup asked a layer's filesystem for"},
+		{"listings_read", n(s.ListingsRead), "lower directories read into the listing cache"},
+		{"listing_entries", strconv.Itoa(s.ListingEntries), "entries the listing cache holds now"},
+	}
+}
+
+// writeStats prints s as text.
+func writeStats(w io.Writer, s overlay.Stats) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	for _, r := range statsRows(s) {
+		line := strings.ReplaceAll(r.key, "_", " ") + "\t" + r.value
+		if r.desc != "" {
+			line += "\t" + r.desc
+		}
+		fmt.Fprintln(tw, line)
+	}
+	tw.Flush()
+}
+
+// whyNoStats says, in words, why mnt's counters could not be read: it does
+// not exist, it is not a mount point, it is another filesystem, or the
+// goverlay daemon serving it did not answer.
+func whyNoStats(mnt string, err error) string {
+	if _, serr := os.Stat(mnt); serr != nil {
+		if os.IsNotExist(serr) {
+			return fmt.Sprintf("%s does not exist; give the mountpoint of a goverlay mount", show(mnt))
+		}
+		// A dead FUSE mount (ENOTCONN) lands here too.
+		return fmt.Sprintf("cannot look at %s (%v); is it a goverlay mount whose daemon died? unmount it with umount -l %s", show(mnt), oneLineError{serr}, shellQuote(mnt))
+	}
+	abs, aerr := filepath.Abs(mnt)
+	if aerr == nil {
+		if r, rerr := filepath.EvalSymlinks(abs); rerr == nil {
+			abs = r
+		}
+	}
+	fsType, mounted := mountType(abs)
+	switch {
+	case !mounted:
+		return fmt.Sprintf("%s is not a mount point; give the directory a goverlay mount is mounted on (see findmnt -t fuse.goverlay)", show(mnt))
+	case fsType != "fuse.goverlay":
+		return fmt.Sprintf("%s is not a goverlay mount (its filesystem is %s); see findmnt -t fuse.goverlay for goverlay mounts", show(mnt), fsType)
+	}
+	return fmt.Sprintf("the goverlay daemon serving %s does not answer (%v); it may be in another network namespace, or too old to report statistics", show(mnt), oneLineError{err})
+}
+
+// mountType returns the filesystem type of the mount whose mount point is
+// path (the topmost one, when several are stacked), from
+// /proc/self/mountinfo (proc(5)).
+func mountType(path string) (fsType string, mounted bool) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 || unescapeMountinfo(fields[4]) != path {
+			continue
+		}
+		for i := 5; i < len(fields)-1; i++ {
+			if fields[i] == "-" {
+				fsType, mounted = fields[i+1], true
+				break
+			}
+		}
+	}
+	return fsType, mounted
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for a space) that
+// mountinfo uses for blanks and backslashes in paths.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

@@ -210,3 +210,40 @@ func TestHelpVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestQuietMount: a mount that goes well prints nothing (scripts and
+// fstab mounts see no noise); the NOSEC decision goes to the --log file,
+// and goverlay stats reports it whatever the flags.
+func TestQuietMount(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.LeakCheck(t)
+	t.Parallel()
+	lower, mnt := layers(t)
+	r := goverlay(t, "-o", "lowerdir="+lower, mnt)
+	if r.Code != 0 {
+		if testutil.IsMounted(mnt) {
+			testutil.Adopt(t, mnt)
+		}
+		t.Fatalf("goverlay -o lowerdir=... MNT: %s", r)
+	}
+	m := testutil.Adopt(t, mnt)
+	if r.Stderr != "" || r.Stdout != "" {
+		t.Errorf("a plain mount printed stdout %q, stderr %q; want nothing", r.Stdout, r.Stderr)
+	}
+	s := testutil.ReadStats(t, m)
+	if s.NoSecReason == "" {
+		t.Errorf("goverlay stats gives no NOSEC reason: %+v", s)
+	}
+	m.Unmount(t)
+
+	lower, _ = layers(t)
+	m = testutil.Mount(t, testutil.Options{Lower: []string{lower}})
+	if m.LogFile == "" {
+		t.Fatal("the harness mounted without --log")
+	}
+	log, err := os.ReadFile(m.LogFile)
+	if err != nil || !strings.Contains(string(log), "NOSEC") {
+		t.Errorf("--log file %q (%v) does not record the NOSEC decision", log, err)
+	}
+	m.Unmount(t)
+}

@@ -74,8 +74,8 @@ func ReadStats(t testing.TB, m *Mounted) Stats {
 	if err := json.Unmarshal([]byte(r.Stdout), &raw); err != nil {
 		t.Fatalf("goverlay stats --json %s: %v\n%s", m.Dir, err, r.Stdout)
 	}
-	for _, k := range []string{"nosec", "getxattr_security_capability", "priv_checks", "priv_checks_skipped",
-		"killed_suid", "killed_sgid", "killed_caps", "opens_passthrough", "opens_cached"} {
+	for _, k := range []string{"nosec", "capability_reads", "privilege_checks", "privilege_checks_skipped",
+		"removed_suid", "removed_sgid", "removed_capabilities", "opens_passthrough", "opens_through_goverlay"} {
 		if _, ok := raw[k]; !ok {
 			t.Fatalf("goverlay stats --json %s: no %q in %s", m.Dir, k, r.Stdout)
 		}

@@ -155,7 +155,8 @@ Targets:
 The dircache workloads but mem-* also report the FUSE requests that reached the
 daemon per 1000 ops: counted on the fuse:fuse_request_send tracepoint
 (perf_event_open, root) on every FUSE target, and from the daemon's own
-counters (goverlay stats: lookups, negative_lookups, getattrs) on the
+counters (goverlay stats: lookups, lookups_not_found,
+attribute_requests) on the
 goverlay targets. With them selected, every target's layers get three more
 lowers (the dircache trees) below the shared one. mem-per-inode and
 mem-idle read the FUSE daemon's VmRSS (goverlay's from its pidfile,

@@ -442,7 +442,7 @@ func (r *Report) writeTable(w io.Writer) {
 		} else {
 			fmt.Fprintf(w, "FUSE REQ/1000 OPS: requests the kernel sent the daemon per 1000 ops (stats, entries, files), median; counted with the %s\n", r.RequestCounting)
 		}
-		fmt.Fprintf(w, "DAEMON L+G/1000 OPS: goverlay's own counters (lookups + negative_lookups + getattrs) per 1000 ops; lookups include those READDIRPLUS makes for each entry, so they can exceed the requests\n")
+		fmt.Fprintf(w, "DAEMON L+G/1000 OPS: goverlay's own counters (lookups + lookups_not_found + attribute_requests) per 1000 ops; lookups include those READDIRPLUS makes for each entry, so they can exceed the requests\n")
 	}
 	if r.Dircache != nil || r.RequestCounting != "" {
 		fmt.Fprintln(w)
