@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/cpuguy83/go-md2man/v2 v2.0.7
 	github.com/hanwen/go-fuse/v2 v2.12.1
+	github.com/hbollon/go-edlib v1.7.0
 	github.com/pkg/xattr v0.4.12
 	github.com/schollz/progressbar/v3 v3.19.1
 	golang.org/x/sys v0.50.0

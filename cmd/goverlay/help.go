@@ -112,7 +112,8 @@ are skipped. A backslash escapes the next character ("\," is a comma inside
 a value, "\:" a colon inside a lowerdir path); double quotes protect a whole
 value (context="a:b,c"). Relative paths are taken from the working
 directory. A key given twice keeps its last value. Unknown keys are ignored
-with a warning, as fuse-overlayfs does.
+with a warning, as fuse-overlayfs does, except a key one or two letters away
+from a known one ("uppperdir"): that is refused as a typo.
 `
 
 // printHelp prints the usage, every option of optionTable with its status,

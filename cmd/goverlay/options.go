@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hbollon/go-edlib"
+
 	"github.com/goverlay/goverlay/overlay"
 )
 
@@ -117,6 +119,61 @@ var optionByKey = func() map[string]*optionInfo {
 	return m
 }()
 
+// foreignOptions are options that mount(8), libfuse, the kernel overlay
+// and containers/storage hand a mount program, which goverlay ignores with
+// a warning like any unknown option. They are listed so that the typo check
+// does not take one for a misspelt goverlay key (uid or uuid for suid,
+// nofail for noacl). ext4's user_xattr is not among them: on an overlay it
+// can only be a misspelt userxattr.
+var foreignOptions = map[string]bool{
+	// libfuse and fuse(8)
+	"uid": true, "gid": true, "umask": true, "user_id": true, "group_id": true, "rootmode": true,
+	"blksize": true, "max_read": true, "max_write": true, "max_readahead": true,
+	"allow_root": true, "auto_unmount": true, "nonempty": true, "kernel_cache": true,
+	"auto_cache": true, "noauto_cache": true, "direct_io": true, "entry_timeout": true,
+	"negative_timeout": true, "attr_timeout": true, "ac_attr_timeout": true, "use_ino": true,
+	"readdir_ino": true, "hard_remove": true, "intr": true, "intr_signal": true,
+	"async_read": true, "sync_read": true, "atomic_o_trunc": true, "big_writes": true,
+	"no_remote_lock": true, "clone_fd": true, "modules": true, "setuid": true, "drop_privileges": true,
+	// kernel overlayfs
+	"uuid": true, "verity": true, "datadir+": true, "lowerdir+": true,
+	// mount(8) and fstab(5)
+	"defaults": true, "auto": true, "noauto": true, "nofail": true, "_netdev": true,
+	"user": true, "nouser": true, "users": true, "owner": true, "group": true,
+	"mand": true, "nomand": true, "strictatime": true, "nostrictatime": true,
+	"iversion": true, "noiversion": true, "silent": true, "loud": true,
+	// SELinux, besides context
+	"fscontext": true, "defcontext": true, "rootcontext": true, "seclabel": true,
+}
+
+// typoOf returns the goverlay key that key most likely misspells, or ""
+// when key is not close to any: at most one edit (insertion, deletion,
+// substitution or swap of neighbours, Damerau-Levenshtein) from a key of
+// up to four letters, two from a longer one, ignoring case. Options that
+// other programs pass (foreignOptions, x-* userspace options) are never
+// typos.
+func typoOf(key string) string {
+	lk := strings.ToLower(key)
+	if optionByKey[key] != nil || foreignOptions[lk] || strings.HasPrefix(lk, "x-") || strings.ContainsAny(lk, ".:") {
+		return ""
+	}
+	best, bestDist := "", 3
+	for _, o := range optionTable {
+		limit := 2
+		if len(o.Key) <= 4 {
+			limit = 1
+		}
+		d := edlib.DamerauLevenshteinDistance(lk, o.Key)
+		if lk == o.Key {
+			d = 1 // the key in other letter case
+		}
+		if d <= limit && d < bestDist {
+			best, bestDist = o.Key, d
+		}
+	}
+	return best
+}
+
 // optState accumulates the -o strings of one command line: several -o
 // flags add up, and a key given twice keeps its last value.
 type optState struct {
@@ -166,6 +223,9 @@ func (st *optState) apply(item string) error {
 	}
 	info := optionByKey[key]
 	if info == nil {
+		if near := typoOf(key); near != "" {
+			return failf(exitUsage, "unknown option %q; did you mean %s? fix the option string", key, near)
+		}
 		// fuse-overlayfs ignores unknown options too ("unknown argument
 		// ignored"), which lets callers pass kernel-overlayfs options.
 		st.warnOnce(key, "unknown option %q ignored", key)

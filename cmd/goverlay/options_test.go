@@ -364,3 +364,50 @@ func sampleValue(o optionInfo) string {
 	}
 	return "/x"
 }
+
+// TestOptionTypos: a key one or two edits from a goverlay key is refused
+// with the key it probably meant (a misspelt upperdir would otherwise
+// make a read-only mount); the options other programs pass, some of them
+// as close to a goverlay key, are still ignored with a warning.
+func TestOptionTypos(t *testing.T) {
+	for _, c := range []struct{ opts, want string }{
+		{"lowerdir=/a,uppperdir=/u,workdir=/w", "upperdir"},
+		{"lowerdir=/a,upperdir=/u,wrkdir=/w", "workdir"},
+		{"lowerdr=/a", "lowerdir"},
+		{"lowerdir=/a,UpperDir=/u,workdir=/w", "upperdir"},
+		{"lowerdir=/a,user_xattr", "userxattr"},
+		{"lowerdir=/a,nosce=on", "nosec"},
+		{"lowerdir=/a,passtrough=off", "passthrough"},
+		{"lowerdir=/a,squash_to_uidd=0", "squash_to_uid"},
+		{"lowerdir=/a,redirectdir=off", "redirect_dir"},
+		{"lowerdir=/a,xatr_permissions=2", "xattr_permissions"},
+		{"lowerdir=/a,noexce", "noexec"},
+		{"lowerdir=/a,rx", "ro"},
+	} {
+		_, err := parseArgs([]string{"-o", c.opts, "/m"})
+		want := fmt.Sprintf("did you mean %s?", c.want)
+		if err == nil || exitCodeOf(err) != exitUsage || !strings.Contains(err.Error(), want) {
+			t.Errorf("-o %s: %v (exit %d); want exit %d and %q", c.opts, err, exitCodeOf(err), exitUsage, want)
+		}
+	}
+	for _, extra := range []string{
+		"uid=1000", "gid=1000", "uuid=on", "nofail", "_netdev", "noauto", "users", "defaults",
+		"x-systemd.automount", "verity=on", "max_read=131072", "allow_root", "nonempty",
+		"bogus_option_xyz", "fscontext=system_u:object_r:foo_t:s0", "lowerdir+=/b",
+	} {
+		c, err := parseArgs([]string{"-o", "lowerdir=/a," + extra, "/m"})
+		if err != nil {
+			t.Errorf("-o lowerdir=/a,%s: %v; want it ignored with a warning", extra, err)
+			continue
+		}
+		if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "ignored") {
+			t.Errorf("-o lowerdir=/a,%s: warnings %q, want one saying it is ignored", extra, c.Warnings)
+		}
+	}
+	// No known key is a typo of another.
+	for _, o := range optionTable {
+		if near := typoOf(o.Key); near != "" {
+			t.Errorf("typoOf(%q) = %q for a known key", o.Key, near)
+		}
+	}
+}

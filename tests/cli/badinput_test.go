@@ -22,6 +22,10 @@ func TestBadInput(t *testing.T) {
 		{"no-options", func(t *testing.T, lower, mnt, base string) (string, []string) {
 			return mnt, []string{mnt}
 		}, []string{"lowerdir"}},
+		{"misspelt-keys", func(t *testing.T, lower, mnt, base string) (string, []string) {
+			u, w := mkdirs(t, base, "upper", "work")
+			return mnt, []string{"-o", "lowerdir=" + lower + ",uppperdir=" + u + ",wrkdir=" + w, mnt}
+		}, []string{"uppperdir", "did you mean upperdir"}},
 		{"no-lowerdir", func(t *testing.T, lower, mnt, base string) (string, []string) {
 			u, w := mkdirs(t, base, "upper", "work")
 			return mnt, []string{"-o", "upperdir=" + u + ",workdir=" + w, mnt}
