@@ -91,10 +91,19 @@ func Open(u *lower.Layer, workPath string, o Options) (*Layer, error) {
 	if st.Dev != u.Dev {
 		return nil, fmt.Errorf("workdir %q is on another filesystem than upperdir %q; put both on one filesystem", workPath, u.Path)
 	}
+	// Mode 0, as the kernel makes it (ovl_workdir_create()): only a
+	// process that overrides permissions gets in. One that does not (an
+	// unprivileged user) opens it up to its owner, itself, instead.
 	if err := unix.Mkdirat(wfd, workName, 0); err != nil && !errors.Is(err, unix.EEXIST) {
 		return nil, fmt.Errorf("create %s/%s: %w", workPath, workName, err)
 	}
-	wfd2, err := unix.Openat(wfd, workName, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	openWork := func() (int, error) {
+		return unix.Openat(wfd, workName, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	}
+	wfd2, err := openWork()
+	if errors.Is(err, unix.EACCES) && unix.Fchmodat(wfd, workName, 0o700, 0) == nil {
+		wfd2, err = openWork()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s/%s: %w", workPath, workName, err)
 	}

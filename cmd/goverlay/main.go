@@ -174,7 +174,7 @@ func serve(cfg *config, logger *log.Logger, logFile *os.File, rep *reporter) int
 
 	srv, err := fsys.Mount(cfg.Mountpoint)
 	if err != nil {
-		return rep.fail(failf(exitMount, "mounting on %s failed: %w; run with -f -d to see the mount call", show(cfg.Mountpoint), err))
+		return rep.fail(mountError(cfg.Mountpoint, err))
 	}
 	if cfg.PidFile != "" {
 		if err := writePidFile(cfg.PidFile); err != nil {

@@ -83,6 +83,9 @@ func validate(c *config) error {
 			}
 		}
 	}
+	if err := checkUnprivileged(c); err != nil {
+		return err
+	}
 	return checkDevFuse()
 }
 

@@ -225,6 +225,14 @@ func TestCheckWritable(t *testing.T) {
 
 	// validate skips the check for a read-only mount.
 	if _, err := os.Stat("/dev/fuse"); err == nil {
+		faccessat = func(_ int, p string, mode uint32, _ int) error {
+			if mode&unix.W_OK != 0 && (p == l.upper || p == l.work) {
+				return unix.EACCES
+			}
+			return nil
+		}
+		defer func(f func() bool) { haveSetuidFusermount = f }(haveSetuidFusermount)
+		haveSetuidFusermount = func() bool { return true }
 		c := l.config()
 		c.ReadOnly = true
 		if err := validate(c); err != nil {

@@ -1,0 +1,131 @@
+package cli_test
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/goverlay/goverlay/tests/testutil"
+)
+
+// userBinary copies the test binary where an unprivileged user may run it
+// (the build directory is 0700).
+func userBinary(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	openUp(t, dir)
+	must(t, os.Chmod(dir, 0o755))
+	src, err := os.Open(testutil.Binary(t))
+	must(t, err)
+	defer src.Close()
+	bin := filepath.Join(dir, "goverlay")
+	dst, err := os.OpenFile(bin, os.O_WRONLY|os.O_CREATE, 0o755)
+	must(t, err)
+	_, err = io.Copy(dst, src)
+	must(t, err)
+	must(t, dst.Close())
+	return bin
+}
+
+// userLayout makes lower (root's, readable by all), and upper, work and
+// mnt owned by uid:gid, under a directory everyone may search.
+func userLayout(t *testing.T, uid, gid int) (base, lower, upper, work, mnt string) {
+	t.Helper()
+	base = t.TempDir()
+	openUp(t, base)
+	must(t, os.Chmod(base, 0o755))
+	l := testutil.NewLayer(t, filepath.Join(base, "lower"))
+	l.File("file", "hello\n", 0o644)
+	upper, work, mnt = filepath.Join(base, "upper"), filepath.Join(base, "work"), filepath.Join(base, "mnt")
+	for _, d := range []string{upper, work, mnt} {
+		must(t, os.Mkdir(d, 0o755))
+		must(t, os.Chown(d, uid, gid))
+	}
+	return base, l.Root, upper, work, mnt
+}
+
+// runAs runs bin with args as uid:gid, no supplementary groups.
+func runAs(t *testing.T, uid, gid int, bin string, args ...string) testutil.Result {
+	t.Helper()
+	return testutil.Run(t, cmdTimeout, []string{"GORACE=atexit_sleep_ms=0"}, "setpriv",
+		append([]string{"--reuid=" + strconv.Itoa(uid), "--regid=" + strconv.Itoa(gid), "--clear-groups", bin}, args...)...)
+}
+
+// TestUnprivilegedMount: a user other than root mounts through
+// fusermount3 with layers of its own; the workdir's work directory is
+// opened up to its owner (the kernel's mode 0 would lock the user out).
+func TestUnprivilegedMount(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.LeakCheck(t)
+	uid, gid := unprivileged(t)
+	bin := userBinary(t)
+	_, lower, upper, work, mnt := userLayout(t, uid, gid)
+	r := runAs(t, uid, gid, bin, "-o", "lowerdir="+lower+",upperdir="+upper+",workdir="+work, mnt)
+	if r.Code != 0 {
+		if testutil.IsMounted(mnt) {
+			testutil.AdoptOf(t, mnt, bin)
+		}
+		t.Fatalf("unprivileged mount: %s", r)
+	}
+	m := testutil.AdoptOf(t, mnt, bin)
+	if w := runAs(t, uid, gid, "/bin/sh", "-c", `echo new > "$0"/new && cat "$0"/file`, mnt); w.Code != 0 || w.Stdout != "hello\n" {
+		t.Errorf("write and read through the mount as uid %d: %s", uid, w)
+	}
+	fi, err := os.Stat(filepath.Join(work, "work"))
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("workdir/work: %v, %v; want mode 0700", fi, err)
+	}
+	if data, err := os.ReadFile(filepath.Join(upper, "new")); err != nil || string(data) != "new\n" {
+		t.Errorf("upper/new: %q, %v", data, err)
+	}
+	m.Unmount(t)
+}
+
+// TestUnprivilegedRefused: what would fail only half-way through an
+// unprivileged mount is found first, told in words, and leaves the workdir
+// as it was.
+func TestUnprivilegedRefused(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.LeakCheck(t)
+	uid, gid := unprivileged(t)
+	bin := userBinary(t)
+	for _, c := range []struct {
+		name    string
+		prepare func(base, lower, mnt string) string // returns the mountpoint
+		want    []string
+	}{
+		{"mountpoint of root's", func(base, lower, mnt string) string {
+			m := filepath.Join(base, "rootmnt")
+			must(t, os.Mkdir(m, 0o755))
+			return m
+		}, []string{"mountpoint", "not writable by uid " + strconv.Itoa(uid), "fusermount3"}},
+		{"unreadable lower", func(base, lower, mnt string) string {
+			must(t, os.Chmod(lower, 0o700))
+			return mnt
+		}, []string{"lowerdir", "cannot be read by uid " + strconv.Itoa(uid), "chmod a+rX"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			base, lower, upper, work, mnt := userLayout(t, uid, gid)
+			mnt = c.prepare(base, lower, mnt)
+			r := runAs(t, uid, gid, bin, "-o", "lowerdir="+lower+",upperdir="+upper+",workdir="+work, mnt)
+			if testutil.IsMounted(mnt) {
+				testutil.AdoptOf(t, mnt, bin)
+				t.Fatalf("mounted: %s", r)
+			}
+			if r.Code != 2 || len(r.StderrLines()) != 1 {
+				t.Errorf("%s; want exit 2 and one line", r)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(r.Stderr, w) {
+					t.Errorf("stderr %q lacks %q", r.Stderr, w)
+				}
+			}
+			if ents, err := os.ReadDir(work); err != nil || len(ents) != 0 {
+				t.Errorf("workdir holds %v (%v) after a refused mount; want it untouched", ents, err)
+			}
+		})
+	}
+}
