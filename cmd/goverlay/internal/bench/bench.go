@@ -45,8 +45,9 @@ type Config struct {
 	Runs int
 	// Dir is where the scratch tree goes; empty means os.TempDir().
 	Dir string
-	// JSON and SVG, when set, are files to write the report to.
-	JSON, SVG string
+	// JSON, SVG and PNG, when set, are files to write the report and
+	// its chart to.
+	JSON, SVG, PNG string
 	// Out receives the table at the end (nil: none); Progress the
 	// progress bar, shown only when it is a terminal (nil: none).
 	Out      io.Writer
@@ -76,6 +77,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.Dir, "dir", "", "")
 	fs.StringVar(&c.JSON, "json", "", "")
 	fs.StringVar(&c.SVG, "svg", "", "")
+	fs.StringVar(&c.PNG, "png", "", "")
 	fs.StringVar(&c.Binary, "binary", "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -139,7 +141,9 @@ Options:
   --dir DIR          where the scratch tree goes (default %s); all layers
                      live on that filesystem
   --json FILE        write the whole report, every sample, as JSON
-  --svg FILE         write a bar chart of the medians relative to kernel
+  --svg FILE         write a chart of every target's speed relative to the
+                     kernel overlay (median and spread, log scale)
+  --png FILE         the same chart as PNG
   --binary PATH      goverlay binary to mount (default this program)
 
 Targets:
@@ -317,9 +321,15 @@ func Run(ctx context.Context, c Config) (rep *Report, err error) {
 			return rep, fmt.Errorf("bench: write %s: %w", c.JSON, err)
 		}
 	}
-	if c.SVG != "" {
-		if err := rep.WriteSVG(c.SVG); err != nil {
-			return rep, fmt.Errorf("bench: write %s: %w", c.SVG, err)
+	for _, ch := range []struct {
+		path  string
+		asPNG bool
+	}{{c.SVG, false}, {c.PNG, true}} {
+		if ch.path == "" {
+			continue
+		}
+		if err := rep.writeChart(ch.path, ch.asPNG); err != nil {
+			return rep, fmt.Errorf("bench: write %s: %w", ch.path, err)
 		}
 	}
 	return rep, nil
