@@ -84,7 +84,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	case n.isDir():
 	case in.Valid&fuse.FATTR_KILL_SUIDGID != 0:
 		// A truncate by a caller without CAP_FSETID, or any chown
-		// (notes B.3 item 2).
+		// (fuse_do_setattr() in fs/fuse/dir.c sets the flag then).
 		if err := n.killPrivs(); err != nil {
 			return errno(err)
 		}

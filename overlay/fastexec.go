@@ -10,14 +10,14 @@ import (
 )
 
 // The fast-exec bit of a directory says "anyone may search it": x for
-// owner, group and others, and no access ACL (seed 000: decide once, not on
-// each lookup). It is computed when the directory's node is made and again
+// owner, group and others, and no access ACL (decided once, not on each
+// lookup). It is computed when the directory's node is made and again
 // only when its mode, owner or ACL changes through the mount, or it is
 // copied up (copy-up keeps mode and ACL, so the bit stays).
 //
 // It decides how long the kernel may trust the directory's attributes.
 // FUSE routes every MAY_EXEC of a path walk through fuse_permission(),
-// which refreshes stale attributes with a GETATTR (notes B.4): a
+// which refreshes stale attributes with a GETATTR (fs/fuse/dir.c): a
 // fast-exec directory's attributes never go stale (trustTimeout), so a warm
 // path walk sends nothing. That is safe because nothing but this mount
 // changes a directory's mode, owner or ACL, and each such change reaches

@@ -10,8 +10,9 @@ package overlay
 // file opened for writing is copied up first, so writers do get
 // passthrough.
 //
-// Privileges (notes B.2, the passthrough trap): a passthrough write never
-// reaches the daemon and runs with the daemon's credentials, so neither
+// Privileges (README.md, "NOSEC and privilege removal"): a passthrough
+// write never reaches the daemon and runs with the daemon's credentials
+// (fs/fuse/passthrough.c), so neither
 // the WRITE kill flag nor the backing filesystem clears suid. What does
 // reach the daemon, before the write, is the kernel's own attempt to
 // remove privileges through file_remove_privs() on the FUSE inode: with

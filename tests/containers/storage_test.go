@@ -429,7 +429,7 @@ func noWarnings(t *testing.T, prog mountProgram, m *csMount, what string) {
 }
 
 // warnings is the stderr lines that are not goverlay's NOSEC notice,
-// which it prints on every mount.
+// which it prints with -d or --log only.
 func warnings(stderr string) []string {
 	var out []string
 	for _, l := range strings.Split(stderr, "\n") {

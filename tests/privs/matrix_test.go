@@ -65,8 +65,8 @@ type cell struct {
 func (c cell) name() string { return "w-" + c.w.name + "__op-" + c.op + "__f-" + c.k.name }
 
 // fuseCannotKnow reports whether the cell is the one FUSE cannot match
-// (notes B.3 item 4): setgid without group execute, changed by a writer
-// without CAP_FSETID who is not in the file's group. ext4 (and so the
+// (README.md, "Where goverlay differs"): setgid without group execute,
+// changed by a writer without CAP_FSETID who is not in the file's group. ext4 (and so the
 // kernel overlay) drops setgid there because of the writer's groups;
 // FUSE sends only uid, gid and pid, and the KILLPRIV_V2 contract (and
 // FUSE's own non-killpriv SETATTR path) keeps setgid without g+x.

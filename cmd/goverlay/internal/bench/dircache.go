@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The directory-cache workloads (issue 5, "Fast-exec directory cache"):
-// a cold walk of a large tree spread over three lower layers, a warm
+// The directory-cache workloads (the fast-exec directory cache,
+// docs/ARCHITECTURE.md): a cold walk of a large tree spread over three lower layers, a warm
 // readdir of one huge merged directory, creating and unlinking many files,
 // and the FUSE requests that warm stats and warm PATH misses still send.
 //

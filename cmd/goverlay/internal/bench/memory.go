@@ -13,10 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The daemon-memory workloads (issue 5: "records of directories the
-// kernel has forgotten can be dropped ... target ≤ 1 KiB per cached
-// inode; idle daemon ≤ 20 MiB RSS, and memory returns after
-// `echo 2 > /proc/sys/vm/drop_caches`"). They read the FUSE daemon's
+// The daemon-memory workloads: what the daemon keeps per inode the kernel
+// caches (target ≤ 1 KiB), what it keeps idle (target ≤ 20 MiB RSS), and
+// that the memory comes back once the kernel forgets the inodes
+// (`echo 2 > /proc/sys/vm/drop_caches`). They read the FUSE daemon's
 // VmRSS, so they apply only to the targets that have one.
 
 // How long the daemon's RSS may take to settle after a drop of the

@@ -671,6 +671,7 @@ func (r *Report) writeSummary(w io.Writer) {
 		}
 		sort.Slice(wins, func(i, j int) bool { return wins[i].ratio > wins[j].ratio })
 		sort.Slice(losses, func(i, j int) bool { return losses[i].ratio < losses[j].ratio })
+		sort.Slice(draws, func(i, j int) bool { return draws[i].ratio > draws[j].ratio })
 		list := func(cs []cmp, slower bool) string {
 			var parts []string
 			for _, c := range cs {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -472,8 +473,10 @@ func fmtRatio(v float64) string {
 		return fmt.Sprintf("%.0f×", v)
 	case v >= 1:
 		return fmt.Sprintf("%.1f×", v)
-	default:
+	case v >= 0.01:
 		return fmt.Sprintf("%.2f×", v)
+	default:
+		return strconv.FormatFloat(v, 'g', 2, 64) + "×"
 	}
 }
 
