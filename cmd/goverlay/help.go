@@ -17,9 +17,10 @@ import (
 var version = ""
 
 // goverlayVersion says what was built: the version given at link time;
-// else the module version "go install ...@v1.2.3" records; else the VCS
-// revision "go build" records in a git checkout (with "-dirty" for
-// uncommitted changes); else a note that the build carries no version.
+// else the module version the go command recorded ("go install ...@v1.2.3",
+// or the pseudo-version v0.0.0-TIME-REVISION it derives from git in a
+// checkout); else the VCS revision (with "-dirty" for uncommitted changes);
+// else a note that the build carries no version.
 func goverlayVersion() string {
 	if version != "" {
 		return version
