@@ -42,7 +42,7 @@ func versionFromBuildInfo(bi *debug.BuildInfo) string {
 	}
 	rev := settings["vcs.revision"]
 	if rev == "" {
-		return "unknown (no version information in this build: build with make, or with go build -buildvcs=true in a git clone)"
+		return "unknown (built without VCS information; build with make)"
 	}
 	if len(rev) > 12 {
 		rev = rev[:12]

@@ -91,7 +91,7 @@ func TestVersionFromBuildInfo(t *testing.T) {
 		{"modified checkout", debug.BuildInfo{Main: debug.Module{Version: "(devel)"},
 			Settings: vcs("vcs.revision", "032f20687312bc4aec957406bffc62cfb118c714", "vcs.modified", "true")},
 			"devel-032f20687312-dirty"},
-		{"no vcs information", debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "unknown (no version information in this build: build with make, or with go build -buildvcs=true in a git clone)"},
+		{"no vcs information", debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "unknown (built without VCS information; build with make)"},
 	} {
 		if got := versionFromBuildInfo(&c.bi); got != c.want {
 			t.Errorf("%s: got %q, want %q", c.name, got, c.want)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -576,7 +577,7 @@ func (r *Report) writeTable(w io.Writer) {
 					nosec = "on"
 				}
 				details = append(details, fmt.Sprintf("NOSEC %s (%s)", nosec, s.NoSecReason),
-					fmt.Sprintf("opens: %d passthrough, %d cached", s.OpensPassthrough, s.OpensCached))
+					fmt.Sprintf("opens: %d passthrough, %d through goverlay", s.OpensPassthrough, s.OpensCached))
 			}
 			details = append(details, t.Notes...)
 			details = append(details, t.Errors...)
@@ -600,6 +601,15 @@ func (r *Report) writeTable(w io.Writer) {
 		}
 	}
 	r.writeSummary(w)
+}
+
+// fmtSummaryRatio prints a ratio with two decimals, or two significant
+// digits below 0.01.
+func fmtSummaryRatio(v float64) string {
+	if v < 0.01 {
+		return strconv.FormatFloat(v, 'g', 2, 64) + "×"
+	}
+	return fmt.Sprintf("%.2f×", v)
 }
 
 // closeBand is how near the reference's median a ratio counts as a draw:
@@ -675,13 +685,13 @@ func (r *Report) writeSummary(w io.Writer) {
 		list := func(cs []cmp, slower bool) string {
 			var parts []string
 			for _, c := range cs {
-				p := fmt.Sprintf("%s %.2f×", c.workload, c.ratio)
+				p := c.workload + " " + fmtSummaryRatio(c.ratio)
 				if slower {
 					worse := "slower"
 					if res := r.result(c.workload, target); unitKind(res.Unit) == "memory" {
 						worse = "larger"
 					}
-					p = fmt.Sprintf("%s %.2f× (%.1f× %s)", c.workload, c.ratio, 1/c.ratio, worse)
+					p += fmt.Sprintf(" (%.1f× %s)", 1/c.ratio, worse)
 				}
 				if c.noisy {
 					p += " noisy"
