@@ -95,9 +95,11 @@ func statsRows(s overlay.Stats) []statsRow {
 func writeStats(w io.Writer, s overlay.Stats) {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	for _, r := range statsRows(s) {
+		// Two cells, so that every row's value starts in one column;
+		// the description follows the value.
 		line := strings.ReplaceAll(r.key, "_", " ") + "\t" + r.value
 		if r.desc != "" {
-			line += "\t" + r.desc
+			line += "   (" + r.desc + ")"
 		}
 		fmt.Fprintln(tw, line)
 	}

@@ -61,7 +61,7 @@ func TestStatsTextMatchesJSON(t *testing.T) {
 			t.Errorf("line %d %q does not start with %q", i, lines[i], label)
 		}
 	}
-	for _, want := range []string{"opens through goverlay    3", "names from listings", "nosec                     on", "nosec reason              upper is ext4"} {
+	for _, want := range []string{"opens through goverlay    3   (file opens", "names from listings", "nosec                     on   (whether", "nosec reason              upper is ext4\n"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("text output lacks %q:\n%s", want, out.String())
 		}
