@@ -130,8 +130,8 @@ func (d *Dir) Pin() (fd int, release func(), err error) {
 
 // acquire pins the fd, opening it if needed.
 //
-// Lock order: a Dir's mu before its parent's (opening walks up); the fd
-// cache never waits for a Dir's mu (it only TryLocks).
+// It takes d's mu, then its parent's when it reopens d (lock order: the
+// overlay package documentation).
 func (d *Dir) acquire() (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
