@@ -2,6 +2,7 @@ package lower
 
 import (
 	"encoding/binary"
+	"errors"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -98,7 +99,7 @@ func (d *Dir) ReadDirRaw() ([]DirEntry, error) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := unix.Getdents(fd, buf)
-		if err == unix.EINTR {
+		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {

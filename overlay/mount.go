@@ -114,6 +114,7 @@ func New(o Options) (*FS, error) {
 	if f.log == nil {
 		f.log = log.New(os.Stderr, "goverlay: ", 0)
 	}
+	errLog.Store(f.log)
 	paths := o.Lower
 	if o.Upper != "" {
 		paths = append([]string{o.Upper}, o.Lower...)
@@ -162,6 +163,7 @@ func New(o Options) (*FS, error) {
 
 // Close releases the layers. It is called after the mount is gone.
 func (f *FS) Close() {
+	errLog.CompareAndSwap(f.log, nil)
 	if f.statsL != nil {
 		f.statsL.Close()
 	}

@@ -278,11 +278,3 @@ func (n *node) fillAttr(st *unix.Stat_t, out *fuse.Attr) {
 		out.Nlink = 1
 	}
 }
-
-// errno turns an error of the layers into the errno FUSE replies with.
-func errno(err error) syscall.Errno {
-	if err == nil {
-		return 0
-	}
-	return fs.ToErrno(err)
-}

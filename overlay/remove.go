@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"context"
+	"errors"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -32,7 +33,7 @@ func (n *node) lowerPart() lower.Chain {
 func (n *node) inLower(name string) (bool, error) {
 	e, err := n.lowerPart().Lookup(name, n.ofs.layers)
 	if err != nil {
-		if err == syscall.ENOENT {
+		if errors.Is(err, syscall.ENOENT) {
 			return false, nil
 		}
 		return false, err

@@ -180,7 +180,7 @@ func createEmpty(dir string, names []string) error {
 // interrupted on FUSE.
 func eintr(f func() error) error {
 	for {
-		if err := f(); err != unix.EINTR {
+		if err := f(); !errors.Is(err, unix.EINTR) {
 			return err
 		}
 	}
@@ -513,7 +513,7 @@ func warmPathMiss(ctx context.Context, inst *instance, b *bencher) (sample, erro
 	var st unix.Stat_t
 	miss := func(p string) error {
 		err := eintr(func() error { return unix.Stat(p, &st) })
-		if err == unix.ENOENT {
+		if errors.Is(err, unix.ENOENT) {
 			return nil
 		}
 		if err == nil {
