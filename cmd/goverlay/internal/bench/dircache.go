@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/lower"
 )
 
 // The directory-cache workloads (issue 5, "Fast-exec directory cache"):
@@ -205,23 +207,11 @@ func sysGetdents(fd int, buf []byte) (n int, err error) {
 // direntNames appends the names in a getdents64 buffer, without "." and
 // "..", to names.
 func direntNames(buf []byte, names []string) []string {
-	for off := 0; off+19 <= len(buf); {
-		reclen := int(buf[off+16]) | int(buf[off+17])<<8
-		if reclen == 0 || off+reclen > len(buf) {
-			break
+	lower.ParseDirents(buf, func(d lower.Dirent) {
+		if !lower.IsDots(d.Name) {
+			names = append(names, string(d.Name))
 		}
-		name := buf[off+19 : off+reclen]
-		for i, c := range name {
-			if c == 0 {
-				name = name[:i]
-				break
-			}
-		}
-		if s := string(name); s != "." && s != ".." {
-			names = append(names, s)
-		}
-		off += reclen
-	}
+	})
 	return names
 }
 
@@ -229,16 +219,11 @@ func direntNames(buf []byte, names []string) []string {
 // "..".
 func countDirents(buf []byte) int {
 	n := 0
-	for off := 0; off+19 <= len(buf); {
-		reclen := int(buf[off+16]) | int(buf[off+17])<<8
-		if reclen == 0 || off+reclen > len(buf) {
-			break
-		}
-		if !(buf[off+19] == '.' && (buf[off+20] == 0 || buf[off+20] == '.' && buf[off+21] == 0)) {
+	lower.ParseDirents(buf, func(d lower.Dirent) {
+		if !lower.IsDots(d.Name) {
 			n++
 		}
-		off += reclen
-	}
+	})
 	return n
 }
 
