@@ -73,12 +73,8 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errn
 		return syscall.EISDIR
 	}
 	if isDir {
-		ents, err := e.Chain.ReadDir()
-		if err != nil {
+		if err := checkEmpty(e.Chain); err != nil {
 			return errno(err)
-		}
-		if len(ents) > 0 {
-			return syscall.ENOTEMPTY
 		}
 	}
 	below, err := n.inLower(name)
@@ -124,4 +120,18 @@ var _ = (fs.NodeRmdirer)((*node)(nil))
 // in its upper instance go with it.
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	return n.remove(ctx, name, true)
+}
+
+// checkEmpty answers ENOTEMPTY for a merged directory that shows a name;
+// whiteouts and the names they hide do not count (Linux:
+// fs/overlayfs/readdir.c ovl_check_empty_dir()).
+func checkEmpty(c lower.Chain) error {
+	ents, err := c.ReadDir()
+	if err != nil {
+		return err
+	}
+	if len(ents) > 0 {
+		return syscall.ENOTEMPTY
+	}
+	return nil
 }
