@@ -217,10 +217,10 @@ func (st *optState) set(key, raw string) error {
 		c.Debug = true
 	case "fsync":
 		on, err := switchValue(key, raw, "1", "0")
+		c.NoFsync = !on
 		if err != nil {
 			return err
 		}
-		c.NoFsync = !on
 	case "volatile":
 		c.NoFsync = true
 	case "nosec":
@@ -231,10 +231,10 @@ func (st *optState) set(key, raw string) error {
 		c.NoSec = mode
 	case "passthrough":
 		on, err := switchValue(key, raw, "on", "off")
+		c.NoPassthrough = !on
 		if err != nil {
 			return err
 		}
-		c.NoPassthrough = !on
 	case "noacl":
 		c.NoACL = true
 	case "static_nlink":
