@@ -28,6 +28,10 @@ type Layer struct {
 	// found by DetectOverride for a lower layer, chosen by the mount's
 	// xattr_permissions for the upper one. Set before the layer is used.
 	Override OverrideMode
+	// Caches are the caches the layer's directories use, shared by the
+	// layers of a mount. OpenLayer gives the layer caches of its own;
+	// set before the layer is used.
+	Caches *Caches
 
 	root *Dir
 }
@@ -56,7 +60,7 @@ func OpenLayer(path string, index int, upper bool) (*Layer, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("stat layer %q: %w", path, err)
 	}
-	l := &Layer{Index: index, Path: path, Dev: st.Dev, Upper: upper}
+	l := &Layer{Index: index, Path: path, Dev: st.Dev, Upper: upper, Caches: NewCaches()}
 	l.root = &Dir{Layer: l, fd: fd}
 	return l, nil
 }
@@ -98,7 +102,7 @@ type Dir struct {
 	// The directory's listing, in a read-only layer (listing.go).
 	ls     atomic.Pointer[listing]
 	lsMu   sync.Mutex // held while reading the listing
-	lsDead bool       // closed: cache no listing; guarded by listingCache.mu
+	lsDead bool       // closed: cache no listing; guarded by the listing cache's mu
 	// lsNoCache: the listing was too big to cache; do not read it again
 	// for lookups.
 	lsNoCache atomic.Bool
@@ -142,7 +146,7 @@ func (d *Dir) acquire() (int, error) {
 		if err := d.reopenLocked(); err != nil {
 			return -1, err
 		}
-		fdCache.add(d)
+		d.Layer.Caches.fds.add(d)
 	}
 	d.pins++
 	d.used = true
@@ -220,9 +224,9 @@ func (d *Dir) Close() error {
 	}
 	d.dead = true
 	if d.lru != nil {
-		fdCache.remove(d)
+		d.Layer.Caches.fds.remove(d)
 	}
-	listingCache.drop(d, true)
+	d.Layer.Caches.listings.drop(d, true)
 	if d.fd < 0 || d.pins > 0 {
 		return nil // the last release closes it
 	}
@@ -242,7 +246,7 @@ func (d *Dir) Forget() {
 		return
 	}
 	d.forgotten = true
-	listingCache.drop(d, false)
+	d.Layer.Caches.listings.drop(d, false)
 	if d.pins > 0 || d.fd < 0 {
 		return // the last release closes it
 	}
@@ -254,7 +258,7 @@ func (d *Dir) Forget() {
 // Preconditions: d.mu is held; d.fd >= 0; d is not pinned.
 func (d *Dir) closeFDLocked() error {
 	if d.lru != nil {
-		fdCache.remove(d)
+		d.Layer.Caches.fds.remove(d)
 	}
 	err := unix.Close(d.fd)
 	d.fd = -1
@@ -351,7 +355,7 @@ func (d *Dir) OpenDir(name string) (*Dir, error) {
 	}
 	c := &Dir{Layer: d.Layer, parent: d, name: name, dev: st.Dev, ino: st.Ino, fd: fd, used: true}
 	c.mu.Lock()
-	fdCache.add(c)
+	d.Layer.Caches.fds.add(c)
 	c.mu.Unlock()
 	return c, nil
 }

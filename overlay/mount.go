@@ -93,12 +93,19 @@ type FS struct {
 	// overrides is set when a layer keeps owners in an xattr (xperm.go).
 	overrides bool
 
+	// caches are the layers' directory fds, listings and probes
+	// (lower.Caches, which says when each entry goes).
+	caches *lower.Caches
+
 	statsL net.Listener
 	// upperFiles maps upper files to their nodes (links.go).
 	upperFiles upperFiles
 	// keptIDs maps the upper instance of a directory this mount moved
 	// with a redirect to the identity the kernel knows it by
-	// (keepIdentity).
+	// (keepIdentity). An entry goes when its directory is removed
+	// (remove); moving the directory again replaces it (the upper
+	// instance keeps its inode). So it holds at most one entry per
+	// directory this mount moved that still exists.
 	keptIDs sync.Map // devIno → fs.StableAttr
 }
 
@@ -110,7 +117,7 @@ func New(o Options) (*FS, error) {
 	if (o.Upper == "") != (o.Work == "") {
 		return nil, fmt.Errorf("upperdir and workdir go together")
 	}
-	f := &FS{opts: o, log: o.Logger}
+	f := &FS{opts: o, log: o.Logger, caches: lower.NewCaches()}
 	if f.log == nil {
 		f.log = log.New(os.Stderr, "goverlay: ", 0)
 	}
@@ -125,6 +132,7 @@ func New(o Options) (*FS, error) {
 			f.Close()
 			return nil, err
 		}
+		l.Caches = f.caches
 		f.layers = append(f.layers, l)
 	}
 	if o.Upper != "" {

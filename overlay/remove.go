@@ -104,6 +104,10 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errn
 	if below {
 		n.ofs.stats.whiteouts.Add(1)
 	}
+	if isDir {
+		// Its kept identity, if it was moved, is no longer needed.
+		n.ofs.keptIDs.Delete(devIno{e.Stat.Dev, e.Stat.Ino})
+	}
 	return 0
 }
 
