@@ -24,14 +24,14 @@ type Layer struct {
 	Upper bool
 	// Counters counts what lookups asked of the layer.
 	Counters Counters
-	// Override says where the layer keeps owners and modes (override.go):
-	// found by DetectOverride for a lower layer, chosen by the mount's
-	// xattr_permissions for the upper one. Set before the layer is used.
-	Override OverrideMode
 	// Caches are the caches the layer's directories use, shared by the
 	// layers of a mount. OpenLayer gives the layer caches of its own;
 	// set before the layer is used.
 	Caches *Caches
+	// Override says where the layer keeps owners and modes (override.go):
+	// found by DetectOverride for a lower layer, chosen by the mount's
+	// xattr_permissions for the upper one. Set before the layer is used.
+	Override OverrideMode
 
 	root *Dir
 }
@@ -60,8 +60,9 @@ func OpenLayer(path string, index int, upper bool) (*Layer, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("stat layer %q: %w", path, err)
 	}
-	l := &Layer{Index: index, Path: path, Dev: st.Dev, Upper: upper, Caches: NewCaches()}
+	l := &Layer{Index: index, Path: path, Dev: st.Dev, Upper: upper}
 	l.root = &Dir{Layer: l, fd: fd}
+	l.Caches = NewCaches()
 	return l, nil
 }
 

@@ -51,7 +51,7 @@ func errno(err error) syscall.Errno {
 }
 
 // errLog is the logger errno reports unknown errors to: that of the mount
-// this process serves (New sets it, Close clears it). goverlay serves one
-// mount per process; in a process with several (tests), the one made last
-// gets them.
+// this process serves (Mount sets it, Close clears it). goverlay serves
+// one mount per process; in a process with several (tests), the one
+// mounted last gets them.
 var errLog atomic.Pointer[log.Logger]

@@ -121,7 +121,6 @@ func New(o Options) (*FS, error) {
 	if f.log == nil {
 		f.log = log.New(os.Stderr, "goverlay: ", 0)
 	}
-	errLog.Store(f.log)
 	paths := o.Lower
 	if o.Upper != "" {
 		paths = append([]string{o.Upper}, o.Lower...)
@@ -132,7 +131,7 @@ func New(o Options) (*FS, error) {
 			f.Close()
 			return nil, err
 		}
-		l.Caches = f.caches
+		l.Caches = f.caches // one set for the mount's layers
 		f.layers = append(f.layers, l)
 	}
 	if o.Upper != "" {
@@ -189,6 +188,7 @@ func (f *FS) ReadOnly() bool { return f.upper == nil }
 // Mount mounts the overlay on mountpoint and starts serving it. It returns
 // once the kernel has accepted the mount (fuse.Server.WaitMount).
 func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
+	errLog.Store(f.log)
 	root := f.newRoot()
 	opts := f.fsOptions()
 	f.raw = &rawFS{RawFileSystem: fs.NewNodeFS(root, opts)}
