@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -87,7 +88,7 @@ func checkListingView(t *testing.T, mnt string) {
 	}
 	for _, name := range []string{"wh-char", "wh-aufs", ".wh.wh-aufs", "missing"} {
 		var st unix.Stat_t
-		if err := unix.Lstat(mnt+"/d/"+name, &st); err != unix.ENOENT {
+		if err := unix.Lstat(mnt+"/d/"+name, &st); !errors.Is(err, unix.ENOENT) {
 			t.Errorf("d/%s: %v, want ENOENT", name, err)
 		}
 	}
@@ -160,7 +161,7 @@ func TestListingAfterChanges(t *testing.T) {
 	}
 	for _, name := range []string{"only1", "only2", "all", "sub/deep", "wh-aufs"} {
 		var st unix.Stat_t
-		if err := unix.Lstat(d+name, &st); err != unix.ENOENT {
+		if err := unix.Lstat(d+name, &st); !errors.Is(err, unix.ENOENT) {
 			t.Errorf("d/%s: %v, want ENOENT", name, err)
 		}
 	}

@@ -128,7 +128,7 @@ func TestRmdirNotEmpty(t *testing.T) {
 	lo := t.TempDir()
 	write(t, lo+"/d/g", "y")
 	mnt, _ := rwMount(t, lo)
-	if err := syscall.Rmdir(mnt + "/d"); err != syscall.ENOTEMPTY {
+	if err := syscall.Rmdir(mnt + "/d"); !errors.Is(err, syscall.ENOTEMPTY) {
 		t.Errorf("rmdir: %v, want ENOTEMPTY", err)
 	}
 }
