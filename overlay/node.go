@@ -33,8 +33,8 @@ type node struct {
 	// and their order, are described in doc.go.
 	copyMu sync.Mutex
 	// locMu is held for reading while a name of the node is used for a
-	// syscall, and for writing while a copy-up, rename or unlink changes
-	// its names, so no syscall meets a name half moved.
+	// syscall, and for writing while a rename or unlink changes its
+	// names, so no syscall meets a name half moved.
 	locMu sync.RWMutex
 	// nosec is set once the file is known to carry no suid, sgid or
 	// security.capability (privs.NoSec).
