@@ -209,7 +209,7 @@ func openDirAt(dirfd int, name string) (int, error) {
 //
 // Preconditions: d.mu is held.
 func (d *Dir) closeIdleLocked() {
-	if d.pins == 0 && d.fd >= 0 && d.reopenable() {
+	if d.pins == 0 && d.fd >= 0 && d.reopenableLocked() {
 		unix.Close(d.fd)
 		d.fd = -1
 	}
@@ -243,7 +243,7 @@ func (d *Dir) Close() error {
 func (d *Dir) Forget() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.dead || !d.reopenable() {
+	if d.dead || !d.reopenableLocked() {
 		return
 	}
 	d.forgotten = true
@@ -266,11 +266,11 @@ func (d *Dir) closeFDLocked() error {
 	return err
 }
 
-// reopenable reports whether d can open its fd again after the cache
+// reopenableLocked reports whether d can open its fd again after the cache
 // closed it.
 //
 // Preconditions: d.mu is held.
-func (d *Dir) reopenable() bool { return d.parent != nil || d.path != nil }
+func (d *Dir) reopenableLocked() bool { return d.parent != nil || d.path != nil }
 
 // walked returns the path d reopens itself through, if it was found by
 // walking from a layer root (rebase).
