@@ -7,14 +7,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fdCache bounds the directory fds kept open across calls. Directories of
-// the layers are reopened on demand (Dir.acquire), so the open ones are a
-// cache: beyond the limit, the ones not used lately (clock algorithm) are
-// closed. The kernel may keep far more directories in its dentry cache than
-// the process may have fds (RLIMIT_NOFILE; 20,000 is common, and raising
-// it needs CAP_SYS_RESOURCE).
-var fdCache = newCache()
-
+// cache bounds the directory fds kept open across calls (Caches.fds).
+// Directories of the layers are reopened on demand (Dir.acquire), so the
+// open ones are a cache: beyond the limit, the ones not used lately (clock
+// algorithm) are closed. The kernel may keep far more directories in its
+// dentry cache than the process may have fds (RLIMIT_NOFILE; 20,000 is
+// common, and raising it needs CAP_SYS_RESOURCE).
 type cache struct {
 	mu  sync.Mutex
 	lru list.List // of *Dir with an open fd it can reopen; new ones at the front
@@ -33,19 +31,21 @@ func newCache() *cache {
 }
 
 // SetFDCacheSize sets how many idle directory fds may stay open (tests).
-func SetFDCacheSize(n int) {
-	fdCache.mu.Lock()
-	fdCache.max = max(n, 1)
-	fdCache.mu.Unlock()
-	fdCache.trim()
+func (cs *Caches) SetFDCacheSize(n int) {
+	c := cs.fds
+	c.mu.Lock()
+	c.max = max(n, 1)
+	c.mu.Unlock()
+	c.trim()
 }
 
 // OpenDirFDs reports how many directory fds the cache holds, idle or in
 // use.
-func OpenDirFDs() int {
-	fdCache.mu.Lock()
-	defer fdCache.mu.Unlock()
-	return fdCache.lru.Len()
+func (cs *Caches) OpenDirFDs() int {
+	c := cs.fds
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Len()
 }
 
 // add puts d, whose fd was just opened, in the cache, and closes idle fds

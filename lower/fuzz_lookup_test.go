@@ -1,6 +1,7 @@
 package lower
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -146,7 +147,7 @@ func FuzzLookupXattrs(f *testing.F) {
 						check("p/"+name+"/b", b.Chain)
 						b.Chain.Close()
 					}
-					if _, err := e.Chain.ReadDir(); err != nil && err != unix.EACCES {
+					if _, err := e.Chain.ReadDir(); err != nil && !errors.Is(err, unix.EACCES) {
 						t.Errorf("readdir p/%s: %v", name, err)
 					}
 				}

@@ -14,14 +14,21 @@ import (
 type stack struct {
 	paths  []string
 	layers []*Layer
+	caches *Caches // shared by the layers, as a mount's are
 }
+
+// testCaches, when set, are the caches the next stacks share (withFDCache).
+var testCaches *Caches
 
 // newStack makes n empty layer directories under one t.TempDir() and
 // opens them. The layers are closed at the end of the test.
 func newStack(t *testing.T, n int) *stack {
 	t.Helper()
 	root := t.TempDir()
-	s := &stack{}
+	s := &stack{caches: testCaches}
+	if s.caches == nil {
+		s.caches = NewCaches()
+	}
 	for i := 0; i < n; i++ {
 		p := filepath.Join(root, "l"+strconv.Itoa(i))
 		if err := os.Mkdir(p, 0o755); err != nil {
@@ -34,6 +41,7 @@ func newStack(t *testing.T, n int) *stack {
 		if err != nil {
 			t.Fatal(err)
 		}
+		l.Caches = s.caches
 		t.Cleanup(func() { l.Close() })
 		s.layers = append(s.layers, l)
 	}

@@ -24,6 +24,10 @@ type Layer struct {
 	Upper bool
 	// Counters counts what lookups asked of the layer.
 	Counters Counters
+	// Caches are the caches the layer's directories use, shared by the
+	// layers of a mount. OpenLayer gives the layer caches of its own;
+	// set before the layer is used.
+	Caches *Caches
 	// Override says where the layer keeps owners and modes (override.go):
 	// found by DetectOverride for a lower layer, chosen by the mount's
 	// xattr_permissions for the upper one. Set before the layer is used.
@@ -58,6 +62,7 @@ func OpenLayer(path string, index int, upper bool) (*Layer, error) {
 	}
 	l := &Layer{Index: index, Path: path, Dev: st.Dev, Upper: upper}
 	l.root = &Dir{Layer: l, fd: fd}
+	l.Caches = NewCaches()
 	return l, nil
 }
 
@@ -98,7 +103,7 @@ type Dir struct {
 	// The directory's listing, in a read-only layer (listing.go).
 	ls     atomic.Pointer[listing]
 	lsMu   sync.Mutex // held while reading the listing
-	lsDead bool       // closed: cache no listing; guarded by listingCache.mu
+	lsDead bool       // closed: cache no listing; guarded by the listing cache's mu
 	// lsNoCache: the listing was too big to cache; do not read it again
 	// for lookups.
 	lsNoCache atomic.Bool
@@ -130,8 +135,8 @@ func (d *Dir) Pin() (fd int, release func(), err error) {
 
 // acquire pins the fd, opening it if needed.
 //
-// Lock order: a Dir's mu before its parent's (opening walks up); the fd
-// cache never waits for a Dir's mu (it only TryLocks).
+// It takes d's mu, then its parent's when it reopens d (lock order: the
+// overlay package documentation).
 func (d *Dir) acquire() (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -142,7 +147,7 @@ func (d *Dir) acquire() (int, error) {
 		if err := d.reopenLocked(); err != nil {
 			return -1, err
 		}
-		fdCache.add(d)
+		d.Layer.Caches.fds.add(d)
 	}
 	d.pins++
 	d.used = true
@@ -204,7 +209,7 @@ func openDirAt(dirfd int, name string) (int, error) {
 //
 // Preconditions: d.mu is held.
 func (d *Dir) closeIdleLocked() {
-	if d.pins == 0 && d.fd >= 0 && d.reopenable() {
+	if d.pins == 0 && d.fd >= 0 && d.reopenableLocked() {
 		unix.Close(d.fd)
 		d.fd = -1
 	}
@@ -220,9 +225,9 @@ func (d *Dir) Close() error {
 	}
 	d.dead = true
 	if d.lru != nil {
-		fdCache.remove(d)
+		d.Layer.Caches.fds.remove(d)
 	}
-	listingCache.drop(d, true)
+	d.Layer.Caches.listings.drop(d, true)
 	if d.fd < 0 || d.pins > 0 {
 		return nil // the last release closes it
 	}
@@ -238,11 +243,11 @@ func (d *Dir) Close() error {
 func (d *Dir) Forget() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.dead || !d.reopenable() {
+	if d.dead || !d.reopenableLocked() {
 		return
 	}
 	d.forgotten = true
-	listingCache.drop(d, false)
+	d.Layer.Caches.listings.drop(d, false)
 	if d.pins > 0 || d.fd < 0 {
 		return // the last release closes it
 	}
@@ -254,18 +259,18 @@ func (d *Dir) Forget() {
 // Preconditions: d.mu is held; d.fd >= 0; d is not pinned.
 func (d *Dir) closeFDLocked() error {
 	if d.lru != nil {
-		fdCache.remove(d)
+		d.Layer.Caches.fds.remove(d)
 	}
 	err := unix.Close(d.fd)
 	d.fd = -1
 	return err
 }
 
-// reopenable reports whether d can open its fd again after the cache
+// reopenableLocked reports whether d can open its fd again after the cache
 // closed it.
 //
 // Preconditions: d.mu is held.
-func (d *Dir) reopenable() bool { return d.parent != nil || d.path != nil }
+func (d *Dir) reopenableLocked() bool { return d.parent != nil || d.path != nil }
 
 // walked returns the path d reopens itself through, if it was found by
 // walking from a layer root (rebase).
@@ -351,7 +356,7 @@ func (d *Dir) OpenDir(name string) (*Dir, error) {
 	}
 	c := &Dir{Layer: d.Layer, parent: d, name: name, dev: st.Dev, ino: st.Ino, fd: fd, used: true}
 	c.mu.Lock()
-	fdCache.add(c)
+	d.Layer.Caches.fds.add(c)
 	c.mu.Unlock()
 	return c, nil
 }

@@ -174,7 +174,7 @@ func TestFDCache(t *testing.T) {
 	if got := openFDs(t); got > before+2 {
 		t.Errorf("%d directory fds open with a cache of 2", got-before)
 	}
-	if got := OpenDirFDs(); got > 2 {
+	if got := s.caches.OpenDirFDs(); got > 2 {
 		t.Errorf("OpenDirFDs() = %d, want <= 2", got)
 	}
 	// Evicted Dirs reopen transparently, and are the same directories.
@@ -267,9 +267,10 @@ func TestFDCache(t *testing.T) {
 // evict pushes d's idle fd out of the cache by opening other directories.
 func evict(t *testing.T, s *stack, d *Dir) {
 	t.Helper()
-	fdCache.mu.Lock()
-	n := fdCache.max + 1
-	fdCache.mu.Unlock()
+	c := d.Layer.Caches.fds
+	c.mu.Lock()
+	n := c.max + 1
+	c.mu.Unlock()
 	for i := 0; i < n; i++ {
 		name := "evict" + strconv.Itoa(i)
 		os.Mkdir(s.path(0, name), 0o755)
@@ -442,9 +443,10 @@ func splitEvery(s string, n int) []string {
 func TestXattrOfSymlinkItself(t *testing.T) {
 	for _, viaProc := range []bool{false, true} {
 		t.Run(map[bool]string{false: "xattrat", true: "proc"}[viaProc], func(t *testing.T) {
-			old := noXattrAt.Load()
-			noXattrAt.Store(viaProc)
-			t.Cleanup(func() { noXattrAt.Store(old) })
+			c := NewCaches()
+			c.noXattrAt.Store(viaProc)
+			testCaches = c
+			t.Cleanup(func() { testCaches = nil })
 			testXattrOfSymlinkItself(t)
 		})
 	}
@@ -628,7 +630,7 @@ func TestFDCacheConcurrent(t *testing.T) {
 	if after := openFDs(t); after != before {
 		t.Errorf("open fds %d after closing everything, %d before", after, before)
 	}
-	if got := OpenDirFDs(); got != 0 {
+	if got := s.caches.OpenDirFDs(); got != 0 {
 		t.Errorf("OpenDirFDs() = %d after closing everything", got)
 	}
 }

@@ -126,7 +126,7 @@ func (m Member) listing() *listing {
 		return nil
 	}
 	d.Layer.Counters.ListingsRead.Add(1)
-	if !listingCache.add(d, l) {
+	if !d.Layer.Caches.listings.add(d, l) {
 		// Too big for the budget: use it for what it was read for,
 		// but ask the layer name by name from now on rather than read
 		// it again for each lookup.
@@ -144,11 +144,10 @@ func (m Member) cachedListing() *listing {
 	return nil
 }
 
-// listingCache bounds the memory listings take: beyond the budget (in
-// entries), listings not used since the cache last passed over them are
-// dropped (the clock algorithm: one bit per listing, no lock on a hit).
-var listingCache = &lcache{max: 1 << 18}
-
+// lcache bounds the memory listings take (Caches.listings): beyond the
+// budget (in entries), listings not used since the cache last passed over
+// them are dropped (the clock algorithm: one bit per listing, no lock on a
+// hit).
 type lcache struct {
 	mu    sync.Mutex
 	lru   list.List // of *Dir; new ones at the front
@@ -158,18 +157,20 @@ type lcache struct {
 
 // SetListingBudget sets how many entries cached listings may hold in all
 // (tests); 0 caches none.
-func SetListingBudget(n int) {
-	listingCache.mu.Lock()
-	listingCache.max = max(n, 0)
-	listingCache.trimLocked()
-	listingCache.mu.Unlock()
+func (cs *Caches) SetListingBudget(n int) {
+	c := cs.listings
+	c.mu.Lock()
+	c.max = max(n, 0)
+	c.trimLocked()
+	c.mu.Unlock()
 }
 
 // CachedListingEntries reports how many entries the cached listings hold.
-func CachedListingEntries() int {
-	listingCache.mu.Lock()
-	defer listingCache.mu.Unlock()
-	return listingCache.total
+func (cs *Caches) CachedListingEntries() int {
+	c := cs.listings
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.total
 }
 
 // add caches l as d's listing, unless d is closed or l is bigger than the

@@ -16,9 +16,8 @@ func TestListingBudget(t *testing.T) {
 			s.file(t, 0, fmt.Sprintf("d%d/f%d", d, f), "x")
 		}
 	}
-	SetListingBudget(35)
-	t.Cleanup(func() { SetListingBudget(1 << 18) })
-	base := CachedListingEntries() // the root's, at most
+	s.caches.SetListingBudget(35)
+	base := s.caches.CachedListingEntries() // the root's, at most
 	var chains []Chain
 	for round := 0; round < 3; round++ {
 		for d := 0; d < 10; d++ {
@@ -36,18 +35,18 @@ func TestListingBudget(t *testing.T) {
 			if _, err := c.Lookup("nope", s.layers); err == nil {
 				t.Errorf("d%d/nope found", d)
 			}
-			if n := CachedListingEntries(); n > 35 {
+			if n := s.caches.CachedListingEntries(); n > 35 {
 				t.Fatalf("%d entries cached, budget 35", n)
 			}
 		}
 	}
-	if CachedListingEntries() <= base {
+	if s.caches.CachedListingEntries() <= base {
 		t.Errorf("no listing cached")
 	}
 	for _, c := range chains {
 		c.Close()
 	}
-	if n := CachedListingEntries(); n > base {
+	if n := s.caches.CachedListingEntries(); n > base {
 		t.Errorf("%d entries cached after closing the directories, want %d", n, base)
 	}
 }

@@ -1,8 +1,7 @@
 package lower
 
 import (
-	"encoding/binary"
-	"unsafe"
+	"errors"
 
 	"golang.org/x/sys/unix"
 )
@@ -98,7 +97,7 @@ func (d *Dir) ReadDirRaw() ([]DirEntry, error) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := unix.Getdents(fd, buf)
-		if err == unix.EINTR {
+		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
@@ -111,33 +110,14 @@ func (d *Dir) ReadDirRaw() ([]DirEntry, error) {
 	}
 }
 
-// parseDirents decodes struct linux_dirent64 records.
+// parseDirents appends the entries of a getdents64 buffer but "." and
+// "..", up to the first record that cannot be decoded (ParseDirents).
 func parseDirents(buf []byte, l *Layer, out []DirEntry) []DirEntry {
-	const nameOff = int(unsafe.Offsetof(unix.Dirent{}.Name))
-	for len(buf) >= nameOff {
-		reclen := int(binary.NativeEndian.Uint16(buf[16:18]))
-		if reclen < nameOff || reclen > len(buf) {
-			break
+	ParseDirents(buf, func(d Dirent) {
+		if !IsDots(d.Name) {
+			out = append(out, DirEntry{Name: string(d.Name), Ino: d.Ino, Mode: dtToMode(d.Type), Layer: l})
 		}
-		rec := buf[:reclen]
-		buf = buf[reclen:]
-		name := rec[nameOff:]
-		for i, b := range name {
-			if b == 0 {
-				name = name[:i]
-				break
-			}
-		}
-		if string(name) == "." || string(name) == ".." {
-			continue
-		}
-		out = append(out, DirEntry{
-			Name:  string(name),
-			Ino:   binary.NativeEndian.Uint64(rec[0:8]),
-			Mode:  dtToMode(rec[18]),
-			Layer: l,
-		})
-	}
+	})
 	return out
 }
 

@@ -187,17 +187,14 @@ func TestLookupRedirect(t *testing.T) {
 	})
 }
 
-// withFDCache empties the fd cache (what earlier tests left idle in it)
-// and sets its size for one test.
+// withFDCache makes the stacks of one test share caches whose fd cache
+// holds n fds.
 func withFDCache(t *testing.T, n int) {
 	t.Helper()
-	fdCache.mu.Lock()
-	old := fdCache.max
-	fdCache.max = 0
-	fdCache.mu.Unlock()
-	fdCache.trim()
-	SetFDCacheSize(n)
-	t.Cleanup(func() { SetFDCacheSize(old) })
+	c := NewCaches()
+	c.SetFDCacheSize(n)
+	testCaches = c
+	t.Cleanup(func() { testCaches = nil })
 }
 
 // Redirected lookups open the directories on the redirect's path, which

@@ -3,7 +3,6 @@ package lower
 import (
 	"errors"
 	"strings"
-	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -67,7 +66,7 @@ func (d *Dir) readXattrs(name string, c xattrCalls) (v []byte, err error) {
 		// /proc/self/fd/N is a magic link, followed to the directory.
 		return viaProc(c.path)
 	}
-	if !noXattrAt.Load() {
+	if !d.Layer.Caches.noXattrAt.Load() {
 		err = d.Do(func(fd int) error {
 			v, err = readXattr(func(buf []byte) (int, error) { return c.at(fd, buf) })
 			return err
@@ -75,14 +74,10 @@ func (d *Dir) readXattrs(name string, c xattrCalls) (v []byte, err error) {
 		if !errors.Is(err, unix.ENOSYS) {
 			return v, err
 		}
-		noXattrAt.Store(true)
+		d.Layer.Caches.noXattrAt.Store(true)
 	}
 	return viaProc(c.link)
 }
-
-// noXattrAt is set once the kernel answered ENOSYS to getxattrat or
-// listxattrat (before Linux 6.13).
-var noXattrAt atomic.Bool
 
 // readXattr calls get with a buffer big enough for the value: a first try
 // with a small one, then the size the kernel reports, as often as the value

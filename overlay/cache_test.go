@@ -3,6 +3,7 @@ package overlay
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 )
 
@@ -50,11 +51,18 @@ func TestNameCreatedAfterCachedMiss(t *testing.T) {
 		t.Errorf("created after a cached miss: %v", err)
 	}
 	// And gone at once after unlink, and renamed names move at once.
-	os.Rename(mnt+"/later", mnt+"/moved")
+	if err := os.Rename(mnt+"/later", mnt+"/moved"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := os.Stat(mnt + "/later"); !os.IsNotExist(err) {
 		t.Errorf("old name after rename: %v", err)
 	}
-	os.Remove(mnt + "/moved")
+	if _, err := os.Stat(mnt + "/moved"); err != nil {
+		t.Errorf("new name after rename: %v", err)
+	}
+	if err := os.Remove(mnt + "/moved"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := os.Stat(mnt + "/moved"); !os.IsNotExist(err) {
 		t.Errorf("after unlink: %v", err)
 	}
@@ -68,7 +76,7 @@ func TestChmodDirTakesEffectAtOnce(t *testing.T) {
 	write(t, lo+"/d/f", "x")
 	os.Chmod(lo+"/d", 0o755)
 	os.Chmod(lo+"/d/f", 0o644)
-	mnt, _, _ := nosecMount(t, NoSecInherit, false, lo)
+	mnt, up, _ := nosecMount(t, NoSecInherit, false, lo)
 	cat := func() error {
 		return exec.Command("setpriv", append(asNobody[1:], "cat", mnt+"/d/f")...).Run()
 	}
@@ -91,8 +99,9 @@ func TestChmodDirTakesEffectAtOnce(t *testing.T) {
 		t.Errorf("cat as nobody right after chmod 0755: %v", err)
 	}
 	// An ACL that shuts nobody out, set through the mount.
-	if err := exec.Command("setfacl", "-m", "u:nobody:---", mnt+"/d").Run(); err != nil {
-		t.Skipf("setfacl: %v", err)
+	needACLs(t, filepath.Dir(up))
+	if out, err := exec.Command("setfacl", "-m", "u:nobody:---", mnt+"/d").CombinedOutput(); err != nil {
+		t.Fatalf("setfacl through the mount: %v %s", err, out)
 	}
 	if err := cat(); err == nil {
 		t.Errorf("cat as nobody succeeded right after setfacl u:nobody:---")

@@ -23,8 +23,7 @@ func (n *node) parentNode() (string, *node) {
 // upperDir returns directory n's instance in the upper layer, copying n
 // and its ancestors up first (Linux: ovl_copy_up() copies parents first).
 //
-// Lock order: a node's copyMu is taken before its parent's; copy-up only
-// ever walks up the tree, so this cannot cycle.
+// It takes n's copyMu, then its parent's (lock order: doc.go).
 func (n *node) upperDir(ctx context.Context) (*lower.Dir, error) {
 	if n.ofs.upper == nil {
 		return nil, syscall.EROFS

@@ -6,21 +6,18 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/goverlay/goverlay/lower"
 )
 
 // TestSmallFDCache runs a walk, copy-ups, renames and a redirect through a
 // mount whose directory fd cache holds 2 fds: every directory fd is closed
 // and reopened from its parent many times, and the view must not change.
 func TestSmallFDCache(t *testing.T) {
-	lower.SetFDCacheSize(2)
-	t.Cleanup(func() { lower.SetFDCacheSize(4096) })
 	lo := t.TempDir()
 	for i := 0; i < 20; i++ {
 		write(t, fmt.Sprintf("%s/d%d/e/f", lo, i), fmt.Sprint(i))
 	}
-	mnt, _ := rwMount(t, lo)
+	mnt, f := mountFS(t, Options{Lower: []string{lo}, Upper: t.TempDir(), Work: t.TempDir()})
+	f.caches.SetFDCacheSize(2)
 	count := 0
 	err := filepath.Walk(mnt, func(p string, fi os.FileInfo, err error) error {
 		if err != nil {
@@ -71,7 +68,7 @@ func TestSmallFDCache(t *testing.T) {
 	if got := strings.Join(names(t, mnt+"/moved/e"), " "); got != "f" {
 		t.Errorf("moved/e: %q", got)
 	}
-	if n := lower.OpenDirFDs(); n > 2 {
+	if n := f.caches.OpenDirFDs(); n > 2 {
 		t.Errorf("%d idle directory fds open, cache holds 2", n)
 	}
 }

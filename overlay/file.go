@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"context"
+	"errors"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -34,7 +35,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		bflags |= unix.O_TRUNC
 	}
 	fd, err := par.Open(name, bflags)
-	if err == unix.EPERM && bflags&unix.O_NOATIME != 0 {
+	if errors.Is(err, unix.EPERM) && bflags&unix.O_NOATIME != 0 {
 		// O_NOATIME is for the file's owner; the daemon may not be.
 		fd, err = par.Open(name, bflags&^unix.O_NOATIME)
 	}

@@ -85,6 +85,16 @@ func (h *handle) current() (int, error) {
 	return fd, nil
 }
 
+// writeFD is current for a write: the privileges the write must remove
+// are removed first (killIfAsked).
+func (h *handle) writeFD(ctx context.Context) (int, error) {
+	fd, err := h.current()
+	if err != nil {
+		return -1, err
+	}
+	return fd, h.n.killIfAsked(ctx)
+}
+
 // Read reads at off.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	fd, err := h.current()
@@ -100,10 +110,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 // Write writes at off. Only handles opened for writing, which are always on
 // the upper file, get writes.
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	fd, err := h.current()
-	if err == nil {
-		err = h.n.killIfAsked(ctx)
-	}
+	fd, err := h.writeFD(ctx)
 	if err != nil {
 		return 0, errno(err)
 	}
@@ -152,10 +159,7 @@ func mmapWrite(fd int, data []byte, off int64) (int, error) {
 
 // Writev writes several buffers at off in one pwritev.
 func (h *handle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, syscall.Errno) {
-	fd, err := h.current()
-	if err == nil {
-		err = h.n.killIfAsked(ctx)
-	}
+	fd, err := h.writeFD(ctx)
 	if err != nil {
 		return 0, errno(err)
 	}

@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -8,8 +9,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/goverlay/goverlay/lower"
 )
 
 // listingLayers builds three lowers whose directory d is merged, with a
@@ -61,13 +60,12 @@ func TestListingAnswersMisses(t *testing.T) {
 // TestListingWithoutCache: with no room for listings, every answer comes
 // from the layers, and they are the same.
 func TestListingWithoutCache(t *testing.T) {
-	lower.SetListingBudget(0)
-	t.Cleanup(func() { lower.SetListingBudget(1 << 18) })
 	mnt, _, f := nosecMount(t, NoSecInherit, false, listingLayers(t)...)
+	f.caches.SetListingBudget(0)
 	checkListingView(t, mnt)
 	read := f.Stats().ListingsRead
 	checkListingView(t, mnt)
-	if n := lower.CachedListingEntries(); n != 0 {
+	if n := f.caches.CachedListingEntries(); n != 0 {
 		t.Errorf("%d listing entries cached with a budget of 0", n)
 	}
 	// A listing that could not be kept is not read again for lookups,
@@ -90,7 +88,7 @@ func checkListingView(t *testing.T, mnt string) {
 	}
 	for _, name := range []string{"wh-char", "wh-aufs", ".wh.wh-aufs", "missing"} {
 		var st unix.Stat_t
-		if err := unix.Lstat(mnt+"/d/"+name, &st); err != unix.ENOENT {
+		if err := unix.Lstat(mnt+"/d/"+name, &st); !errors.Is(err, unix.ENOENT) {
 			t.Errorf("d/%s: %v, want ENOENT", name, err)
 		}
 	}
@@ -103,20 +101,20 @@ func TestListingsFreedWithDirectories(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		write(t, fmt.Sprintf("%s/many/d%d/f", l[2], i), "x")
 	}
-	mnt, _, _ := nosecMount(t, NoSecInherit, false, l...)
-	base := lower.CachedListingEntries()
+	mnt, _, f := nosecMount(t, NoSecInherit, false, l...)
+	base := f.caches.CachedListingEntries()
 	for i := 0; i < 200; i++ {
 		if _, err := os.Stat(fmt.Sprintf("%s/many/d%d/f", mnt, i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := lower.CachedListingEntries(); n < base+200 {
+	if n := f.caches.CachedListingEntries(); n < base+200 {
 		t.Fatalf("%d entries cached after looking into 200 directories, want at least %d", n, base+200)
 	}
 	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return lower.CachedListingEntries() < base+200 },
+	waitFor(t, func() bool { return f.caches.CachedListingEntries() < base+200 },
 		"listings of forgotten directories dropped")
 }
 
@@ -163,7 +161,7 @@ func TestListingAfterChanges(t *testing.T) {
 	}
 	for _, name := range []string{"only1", "only2", "all", "sub/deep", "wh-aufs"} {
 		var st unix.Stat_t
-		if err := unix.Lstat(d+name, &st); err != unix.ENOENT {
+		if err := unix.Lstat(d+name, &st); !errors.Is(err, unix.ENOENT) {
 			t.Errorf("d/%s: %v, want ENOENT", name, err)
 		}
 	}

@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"context"
+	"errors"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -27,7 +28,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	n.mu.Unlock()
 	e, err := chain.Lookup(name, n.ofs.layers)
 	if err != nil {
-		if err == syscall.ENOENT {
+		if errors.Is(err, syscall.ENOENT) {
 			n.ofs.stats.negativeLookups.Add(1)
 		}
 		return nil, errno(err)

@@ -97,12 +97,19 @@ type FS struct {
 	// overrides is set when a layer keeps owners in an xattr (xperm.go).
 	overrides bool
 
+	// caches are the layers' directory fds, listings and probes
+	// (lower.Caches, which says when each entry goes).
+	caches *lower.Caches
+
 	statsL net.Listener
 	// upperFiles maps upper files to their nodes (links.go).
 	upperFiles upperFiles
 	// keptIDs maps the upper instance of a directory this mount moved
 	// with a redirect to the identity the kernel knows it by
-	// (keepIdentity).
+	// (keepIdentity). An entry goes when its directory is removed
+	// (remove); moving the directory again replaces it (the upper
+	// instance keeps its inode). So it holds at most one entry per
+	// directory this mount moved that still exists.
 	keptIDs sync.Map // devIno → fs.StableAttr
 }
 
@@ -114,7 +121,7 @@ func New(o Options) (*FS, error) {
 	if (o.Upper == "") != (o.Work == "") {
 		return nil, fmt.Errorf("upperdir and workdir go together")
 	}
-	f := &FS{opts: o, log: o.Logger}
+	f := &FS{opts: o, log: o.Logger, caches: lower.NewCaches()}
 	if f.log == nil {
 		f.log = log.New(os.Stderr, "goverlay: ", 0)
 	}
@@ -128,6 +135,7 @@ func New(o Options) (*FS, error) {
 			f.Close()
 			return nil, err
 		}
+		l.Caches = f.caches // one set for the mount's layers
 		f.layers = append(f.layers, l)
 	}
 	if o.Upper != "" {
@@ -168,6 +176,7 @@ func New(o Options) (*FS, error) {
 
 // Close releases the layers. It is called after the mount is gone.
 func (f *FS) Close() {
+	errLog.CompareAndSwap(f.log, nil)
 	if f.statsL != nil {
 		f.statsL.Close()
 	}
@@ -185,6 +194,7 @@ func (f *FS) ReadOnly() bool { return f.upper == nil }
 // Mount mounts the overlay on mountpoint and starts serving it. It returns
 // once the kernel has accepted the mount (fuse.Server.WaitMount).
 func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
+	errLog.Store(f.log)
 	root := f.newRoot()
 	opts := f.fsOptions()
 	f.raw = &rawFS{RawFileSystem: fs.NewNodeFS(root, opts)}

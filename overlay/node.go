@@ -29,7 +29,8 @@ type node struct {
 	// dir is set, before the node is published, for a directory.
 	dir bool
 
-	// copyMu serialises the copy-up of this node.
+	// copyMu serialises the copy-up of this node. The locks of a node,
+	// and their order, are described in doc.go.
 	copyMu sync.Mutex
 	// locMu is held for reading while a name of the node is used for a
 	// syscall, and for writing while a rename or unlink changes its
@@ -276,12 +277,4 @@ func (n *node) fillAttr(st *unix.Stat_t, out *fuse.Attr) {
 		// nlink=1 pacifies find(1) (Linux: ovl_getattr()).
 		out.Nlink = 1
 	}
-}
-
-// errno turns an error of the layers into the errno FUSE replies with.
-func errno(err error) syscall.Errno {
-	if err == nil {
-		return 0
-	}
-	return fs.ToErrno(err)
 }

@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"sort"
@@ -131,8 +132,7 @@ func TestMergedView(t *testing.T) {
 }
 
 func errorsIsNotDir(err error) bool {
-	pe, ok := err.(*os.PathError)
-	return ok && pe.Err == syscall.ENOTDIR
+	return errors.Is(err, syscall.ENOTDIR)
 }
 
 func TestStaticNlink(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 // and the node code asks killRequested or umask with the request's
 // context. A request is identified by its cancel channel, which go-fuse
 // gives each request in flight (and reuses only once the request is done).
+// Both are go-fuse internals, not its API: raw_test.go pins them.
 type rawFS struct {
 	fuse.RawFileSystem
 	marks sync.Map // <-chan struct{} → reqMark

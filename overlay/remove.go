@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"context"
+	"errors"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -32,7 +33,7 @@ func (n *node) lowerPart() lower.Chain {
 func (n *node) inLower(name string) (bool, error) {
 	e, err := n.lowerPart().Lookup(name, n.ofs.layers)
 	if err != nil {
-		if err == syscall.ENOENT {
+		if errors.Is(err, syscall.ENOENT) {
 			return false, nil
 		}
 		return false, err
@@ -72,12 +73,8 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errn
 		return syscall.EISDIR
 	}
 	if isDir {
-		ents, err := e.Chain.ReadDir()
-		if err != nil {
+		if err := checkEmpty(e.Chain); err != nil {
 			return errno(err)
-		}
-		if len(ents) > 0 {
-			return syscall.ENOTEMPTY
 		}
 	}
 	below, err := n.inLower(name)
@@ -107,6 +104,10 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errn
 	if below {
 		n.ofs.stats.whiteouts.Add(1)
 	}
+	if isDir {
+		// Its kept identity, if it was moved, is no longer needed.
+		n.ofs.keptIDs.Delete(devIno{e.Stat.Dev, e.Stat.Ino})
+	}
 	return 0
 }
 
@@ -123,4 +124,18 @@ var _ = (fs.NodeRmdirer)((*node)(nil))
 // in its upper instance go with it.
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	return n.remove(ctx, name, true)
+}
+
+// checkEmpty answers ENOTEMPTY for a merged directory that shows a name;
+// whiteouts and the names they hide do not count (Linux:
+// fs/overlayfs/readdir.c ovl_check_empty_dir()).
+func checkEmpty(c lower.Chain) error {
+	ents, err := c.ReadDir()
+	if err != nil {
+		return err
+	}
+	if len(ents) > 0 {
+		return syscall.ENOTEMPTY
+	}
+	return nil
 }

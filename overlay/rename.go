@@ -133,12 +133,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return e
 		}
 	} else if dstExists && dstE.IsDir() {
-		ents, err := dstE.Chain.ReadDir()
-		if err != nil {
+		if err := checkEmpty(dstE.Chain); err != nil {
 			return errno(err)
-		}
-		if len(ents) > 0 {
-			return syscall.ENOTEMPTY
 		}
 	}
 	redirected, e := src.prepareMove(ctx)

@@ -8,8 +8,6 @@ import (
 	"net"
 	"path/filepath"
 	"time"
-
-	"github.com/goverlay/goverlay/lower"
 )
 
 // Stats is what a live mount reports to `goverlay stats`. The JSON names
@@ -88,7 +86,7 @@ func (f *FS) Stats() Stats {
 		Getattrs:          f.stats.getattrs.Load(),
 		FastExecDirs:      f.stats.fastExecDirs.Load(),
 		RestrictedDirs:    f.stats.restrictedDirs.Load(),
-		ListingEntries:    lower.CachedListingEntries(),
+		ListingEntries:    f.caches.CachedListingEntries(),
 	}
 	for _, l := range f.layers {
 		s.LayerAnswers += l.Counters.Answered.Load()

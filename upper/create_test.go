@@ -643,9 +643,8 @@ func TestSetRedirect(t *testing.T) {
 // Every operation reopens its directories' fds when the fd cache closed
 // them: the Dirs here are deep, and evicted before each call.
 func TestOperationsWithEvictedDirs(t *testing.T) {
-	lower.SetFDCacheSize(1)
-	t.Cleanup(func() { lower.SetFDCacheSize(4096) })
 	e := newEnv(t)
+	e.up.Caches.SetFDCacheSize(1)
 	mkdir(t, e.upper("a/b/c"))
 	for i := 0; i < 4; i++ {
 		mkdir(t, e.upper("evict/"+string(rune('0'+i))))
@@ -671,7 +670,7 @@ func TestOperationsWithEvictedDirs(t *testing.T) {
 			}
 			d.Close()
 		}
-		if n := lower.OpenDirFDs(); n > 1 {
+		if n := e.up.Caches.OpenDirFDs(); n > 1 {
 			t.Fatalf("setup: %d idle directory fds with a cache of 1", n)
 		}
 	}

@@ -48,6 +48,7 @@ func newEnvOpts(t *testing.T, o Options) *env {
 	if e.lo, err = lower.OpenLayer(e.lowerPath, 1, false); err != nil {
 		t.Fatal(err)
 	}
+	e.lo.Caches = e.up.Caches // one mount's
 	t.Cleanup(func() { e.lo.Close() })
 	if e.l, err = Open(e.up, e.workPath, o); err != nil {
 		t.Fatal(err)

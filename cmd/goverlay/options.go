@@ -276,11 +276,10 @@ func (st *optState) set(key, raw string) error {
 	case "debug":
 		c.Debug = true
 	case "fsync":
-		switch v := unescape(raw); v {
-		case "0", "1":
-			c.NoFsync = v == "0"
-		default:
-			return failf(exitUsage, "option \"fsync\" is 0 or 1, not %q; write fsync=0 or fsync=1", v)
+		on, err := switchValue(key, raw, "1", "0")
+		c.NoFsync = !on
+		if err != nil {
+			return err
 		}
 	case "volatile":
 		c.NoFsync = true
@@ -291,11 +290,10 @@ func (st *optState) set(key, raw string) error {
 		}
 		c.NoSec = mode
 	case "passthrough":
-		switch v := unescape(raw); v {
-		case "on", "off":
-			c.NoPassthrough = v == "off"
-		default:
-			return failf(exitUsage, "option \"passthrough\" is on or off, not %q; write passthrough=on or passthrough=off", v)
+		on, err := switchValue(key, raw, "on", "off")
+		c.NoPassthrough = !on
+		if err != nil {
+			return err
 		}
 	case "noacl":
 		c.NoACL = true
@@ -344,6 +342,19 @@ func (st *optState) set(key, raw string) error {
 		st.flags = append(st.flags, key)
 	}
 	return nil
+}
+
+// switchValue reads the value of an option that turns something on or off,
+// spelled on and off (1 and 0, say, as optionTable lists them).
+func switchValue(key, raw, on, off string) (bool, error) {
+	switch v := unescape(raw); v {
+	case on:
+		return true, nil
+	case off:
+		return false, nil
+	default:
+		return false, failf(exitUsage, "option %q is %s or %s, not %q; write %s=%s or %s=%s", key, on, off, v, key, on, key, off)
+	}
 }
 
 // finish resolves the kernel flags once every -o string is in.

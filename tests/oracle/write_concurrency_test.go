@@ -2,6 +2,7 @@ package oracle_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -258,14 +259,14 @@ func TestWriteConcurrentCreateUnlink(t *testing.T) {
 					case err == nil:
 						creates[i].Add(1)
 						unix.Close(fd)
-					case err != unix.EEXIST:
+					case !errors.Is(err, unix.EEXIST):
 						t.Errorf("create n%d: %v", i, err)
 					}
 				} else {
 					switch err := unix.Unlink(p); {
 					case err == nil:
 						unlinks[i].Add(1)
-					case err != unix.ENOENT:
+					case !errors.Is(err, unix.ENOENT):
 						t.Errorf("unlink n%d: %v", i, err)
 					}
 				}

@@ -1,6 +1,7 @@
 package reliability_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -214,14 +215,7 @@ func (o fuzzOp) run(mnt string) string {
 	}
 	var e unix.Errno
 	if err != nil {
-		if pe, ok := err.(*os.PathError); ok {
-			err = pe.Err
-		}
-		if pe, ok := err.(*os.SyscallError); ok {
-			err = pe.Err
-		}
-		var ok bool
-		if e, ok = err.(unix.Errno); !ok {
+		if !errors.As(err, &e) {
 			return "error " + err.Error()
 		}
 	}

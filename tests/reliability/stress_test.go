@@ -2,6 +2,7 @@ package reliability_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"path/filepath"
@@ -202,8 +203,8 @@ func stressWorker(ctx context.Context, mnt string, rng *rand.Rand, st *stressSta
 		case "setxattr":
 			err = unix.Setxattr(abs(p), fmt.Sprintf("user.k%d", rng.Intn(3)), []byte(fmt.Sprint(rng.Intn(100))), 0)
 		}
-		e, _ := err.(unix.Errno)
-		if err != nil && e == 0 {
+		var e unix.Errno
+		if err != nil && !errors.As(err, &e) {
 			e = unix.EIO // not an errno: never legitimate
 			what += " (" + err.Error() + ")"
 		}

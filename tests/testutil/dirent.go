@@ -1,11 +1,11 @@
 package testutil
 
 import (
-	"encoding/binary"
 	"errors"
-	"fmt"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/lower"
 )
 
 // Dirent is one linux_dirent64 as getdents64(2) returns it.
@@ -32,34 +32,14 @@ func Getdents(fd, size int) ([]Dirent, error) {
 	}
 }
 
-// ParseDirents decodes a getdents64 buffer:
-// struct linux_dirent64 { u64 d_ino; s64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }.
+// ParseDirents decodes a getdents64 buffer (lower.ParseDirents), and fails
+// on a record it cannot decode.
 func ParseDirents(b []byte) ([]Dirent, error) {
 	var out []Dirent
-	for len(b) > 0 {
-		if len(b) < 19 {
-			return out, fmt.Errorf("truncated dirent: %d bytes left", len(b))
-		}
-		reclen := int(binary.NativeEndian.Uint16(b[16:18]))
-		if reclen < 19 || reclen > len(b) {
-			return out, fmt.Errorf("bad d_reclen %d with %d bytes left", reclen, len(b))
-		}
-		name := b[19:reclen]
-		for i, c := range name {
-			if c == 0 {
-				name = name[:i]
-				break
-			}
-		}
-		out = append(out, Dirent{
-			Ino:  binary.NativeEndian.Uint64(b[0:8]),
-			Off:  int64(binary.NativeEndian.Uint64(b[8:16])),
-			Type: b[18],
-			Name: string(name),
-		})
-		b = b[reclen:]
-	}
-	return out, nil
+	err := lower.ParseDirents(b, func(d lower.Dirent) {
+		out = append(out, Dirent{Ino: d.Ino, Off: d.Off, Type: d.Type, Name: string(d.Name)})
+	})
+	return out, err
 }
 
 // ReadAllDirents reads fd from its current position to the end with

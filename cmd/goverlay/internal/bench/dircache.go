@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/lower"
 )
 
 // The directory-cache workloads (the fast-exec directory cache,
@@ -180,7 +182,7 @@ func createEmpty(dir string, names []string) error {
 // interrupted on FUSE.
 func eintr(f func() error) error {
 	for {
-		if err := f(); err != unix.EINTR {
+		if err := f(); !errors.Is(err, unix.EINTR) {
 			return err
 		}
 	}
@@ -205,23 +207,11 @@ func sysGetdents(fd int, buf []byte) (n int, err error) {
 // direntNames appends the names in a getdents64 buffer, without "." and
 // "..", to names.
 func direntNames(buf []byte, names []string) []string {
-	for off := 0; off+19 <= len(buf); {
-		reclen := int(buf[off+16]) | int(buf[off+17])<<8
-		if reclen == 0 || off+reclen > len(buf) {
-			break
+	lower.ParseDirents(buf, func(d lower.Dirent) {
+		if !lower.IsDots(d.Name) {
+			names = append(names, string(d.Name))
 		}
-		name := buf[off+19 : off+reclen]
-		for i, c := range name {
-			if c == 0 {
-				name = name[:i]
-				break
-			}
-		}
-		if s := string(name); s != "." && s != ".." {
-			names = append(names, s)
-		}
-		off += reclen
-	}
+	})
 	return names
 }
 
@@ -229,16 +219,11 @@ func direntNames(buf []byte, names []string) []string {
 // "..".
 func countDirents(buf []byte) int {
 	n := 0
-	for off := 0; off+19 <= len(buf); {
-		reclen := int(buf[off+16]) | int(buf[off+17])<<8
-		if reclen == 0 || off+reclen > len(buf) {
-			break
-		}
-		if !(buf[off+19] == '.' && (buf[off+20] == 0 || buf[off+20] == '.' && buf[off+21] == 0)) {
+	lower.ParseDirents(buf, func(d lower.Dirent) {
+		if !lower.IsDots(d.Name) {
 			n++
 		}
-		off += reclen
-	}
+	})
 	return n
 }
 
@@ -513,7 +498,7 @@ func warmPathMiss(ctx context.Context, inst *instance, b *bencher) (sample, erro
 	var st unix.Stat_t
 	miss := func(p string) error {
 		err := eintr(func() error { return unix.Stat(p, &st) })
-		if err == unix.ENOENT {
+		if errors.Is(err, unix.ENOENT) {
 			return nil
 		}
 		if err == nil {

@@ -208,7 +208,7 @@ func workloadNames() []string {
 func sysWrite(fd int, p []byte) (int, error) {
 	for {
 		n, err := unix.Write(fd, p)
-		if err != unix.EINTR {
+		if !errors.Is(err, unix.EINTR) {
 			return n, err
 		}
 	}
@@ -217,7 +217,7 @@ func sysWrite(fd int, p []byte) (int, error) {
 func sysRead(fd int, p []byte) (int, error) {
 	for {
 		n, err := unix.Read(fd, p)
-		if err != unix.EINTR {
+		if !errors.Is(err, unix.EINTR) {
 			return n, err
 		}
 	}
@@ -226,7 +226,7 @@ func sysRead(fd int, p []byte) (int, error) {
 func sysOpen(path string, flags int, mode uint32) (int, error) {
 	for {
 		fd, err := unix.Open(path, flags|unix.O_CLOEXEC, mode)
-		if err != unix.EINTR {
+		if !errors.Is(err, unix.EINTR) {
 			return fd, err
 		}
 	}
@@ -622,7 +622,7 @@ func extract(ctx context.Context, tarball []byte, dest string) (int64, error) {
 	var files int64
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return files, nil
 		}
 		if err != nil {

@@ -22,6 +22,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -152,7 +153,7 @@ func withFd(path string, flags int, f func(fd int) error) error {
 func writeAll(fd int, b []byte) error {
 	for len(b) > 0 {
 		n, err := unix.Write(fd, b)
-		if err == unix.EINTR {
+		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
@@ -167,7 +168,7 @@ func writeAll(fd int, b []byte) error {
 // can interrupt a FUSE request).
 func noEINTR(f func() error) error {
 	for {
-		if err := f(); err != unix.EINTR {
+		if err := f(); !errors.Is(err, unix.EINTR) {
 			return err
 		}
 	}

@@ -1,0 +1,80 @@
+package overlay
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/pkg/xattr"
+)
+
+// TestErrnoPolicy pins the one error policy: an errno, however wrapped, is
+// answered as it is; the io/fs sentinels get theirs; anything else is
+// logged through the mount's logger and answered EIO (not go-fuse's
+// ENOTSUP).
+func TestErrnoPolicy(t *testing.T) {
+	var buf bytes.Buffer
+	mine := log.New(&buf, "", 0)
+	prev := errLog.Swap(mine)
+	t.Cleanup(func() { errLog.Store(prev) })
+
+	unknown := errors.New("override \"x\": want UID:GID:MODE[:TYPE]")
+	for _, c := range []struct {
+		err    error
+		want   syscall.Errno
+		logged bool
+	}{
+		{nil, 0, false},
+		{syscall.ENOENT, syscall.ENOENT, false},
+		{fmt.Errorf("copy up %q: %w", "f", syscall.EXDEV), syscall.EXDEV, false},
+		{&os.PathError{Op: "open", Path: "p", Err: syscall.EACCES}, syscall.EACCES, false},
+		{&xattr.Error{Op: "xattr.get", Path: "p", Name: "user.x", Err: syscall.ENODATA}, syscall.ENODATA, false},
+		{fmt.Errorf("ACL: %w", fmt.Errorf("tag: %w", syscall.EIO)), syscall.EIO, false},
+		{fs.ErrNotExist, syscall.ENOENT, false},
+		{fmt.Errorf("x: %w", fs.ErrExist), syscall.EEXIST, false},
+		{fs.ErrPermission, syscall.EPERM, false},
+		{fs.ErrInvalid, syscall.EINVAL, false},
+		{fs.ErrClosed, syscall.EBADF, false},
+		{unknown, syscall.EIO, true},
+		{fmt.Errorf("stat: %w", unknown), syscall.EIO, true},
+	} {
+		buf.Reset()
+		if got := errno(c.err); got != c.want {
+			t.Errorf("errno(%v) = %v, want %v", c.err, got, c.want)
+		}
+		if logged := buf.Len() > 0; logged != c.logged {
+			t.Errorf("errno(%v) logged %q, want logged=%v", c.err, buf.String(), c.logged)
+		}
+		if c.logged && !strings.Contains(buf.String(), c.err.Error()) {
+			t.Errorf("errno(%v) logged %q, without the error", c.err, buf.String())
+		}
+	}
+}
+
+// TestErrnoLogsToMount checks that Mount points errno's log at the
+// mount's logger, and Close lets go of it.
+func TestErrnoLogsToMount(t *testing.T) {
+	prev := errLog.Load()
+	t.Cleanup(func() { errLog.Store(prev) })
+	var buf bytes.Buffer
+	mountT(t, Options{Lower: []string{t.TempDir()}, Logger: log.New(&buf, "", 0)})
+	errno(errors.New("no errno here"))
+	if !strings.Contains(buf.String(), "no errno here") {
+		t.Errorf("the mount's logger got %q, want the unknown error", buf.String())
+	}
+	g, err := New(Options{Lower: []string{t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errLog.Store(g.log) // as g.Mount would
+	g.Close()
+	if errLog.Load() != nil {
+		t.Error("Close left errno logging to the closed mount's logger")
+	}
+}
