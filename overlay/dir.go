@@ -12,21 +12,27 @@ import (
 
 var _ = (fs.NodeOpendirHandler)((*node)(nil))
 
-// OpendirHandle opens a merged listing. The listing is read once per open
-// and again on a seek to 0, so offsets stay stable for telldir/seekdir
-// within one open directory (Linux: fs/overlayfs/readdir.c keeps a cache
-// per open file the same way).
+// OpendirHandle opens a merged listing. The listing is read at the first
+// READDIR of an open, not at the open (most opens are then served from the
+// kernel's readdir cache and never read it), and again on a seek to 0, so
+// offsets stay stable for telldir/seekdir within one open directory
+// (Linux: fs/overlayfs/readdir.c keeps a cache per open file the same way,
+// and reads it at the first iterate, not at open).
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	d := &dirHandle{n: n}
-	if errno := d.load(); errno != 0 {
-		return nil, 0, errno
-	}
-	// Not FOPEN_CACHE_DIR: the cached listing pins the directory's inode
-	// in the kernel past `echo 2 > drop_caches`, and with it the node and
-	// its fds (tests/reliability TestNoGrowth). A warm readdir therefore
-	// reaches the daemon, which builds it from the lower layers' cached
-	// listings and the upper directory (lower/listing.go).
-	return d, 0, 0
+	// The kernel keeps the listing in the directory's page cache and
+	// serves later opens from it (FOPEN_CACHE_DIR, kept across opens by
+	// FOPEN_KEEP_CACHE; fs/fuse/readdir.c): a warm readdir costs OPENDIR
+	// and RELEASEDIR, no READDIR(PLUS) and no lookups here. Every change
+	// of a merged listing is an operation on that directory through this
+	// mount (create, mknod, mkdir, symlink, link, unlink, rmdir, rename),
+	// after which the kernel drops the cached listing itself
+	// (fuse_dir_changed() bumps the inode's version, which
+	// fuse_readdir_cached() checks); the layers do not change behind the
+	// mount's back. The cached pages pin the directory's inode in the
+	// kernel, and with it the node, until the page cache is dropped
+	// (`echo 3 > drop_caches`, or memory pressure), not past `echo 2`.
+	return d, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
 }
 
 // dirHandle is one open merged directory.
@@ -34,6 +40,7 @@ type dirHandle struct {
 	n *node
 
 	mu      sync.Mutex
+	loaded  bool            // entries holds the listing
 	entries []fuse.DirEntry // ".", "..", then the merged names
 	next    int             // index of the next entry to return
 }
@@ -45,7 +52,7 @@ var (
 	_ = (fs.FileFsyncdirer)((*dirHandle)(nil))
 )
 
-// load reads the merged listing.
+// load reads the merged listing; d.mu is held.
 func (d *dirHandle) load() syscall.Errno {
 	n := d.n
 	n.mu.Lock()
@@ -71,10 +78,7 @@ func (d *dirHandle) load() syscall.Errno {
 		// The offset of an entry is where the next one starts.
 		list[i].Off = uint64(i + 1)
 	}
-	d.mu.Lock()
-	d.entries = list
-	d.next = 0
-	d.mu.Unlock()
+	d.entries, d.next, d.loaded = list, 0, true
 	return 0
 }
 
@@ -82,6 +86,11 @@ func (d *dirHandle) load() syscall.Errno {
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if !d.loaded {
+		if errno := d.load(); errno != 0 {
+			return nil, errno
+		}
+	}
 	if d.next >= len(d.entries) {
 		return nil, 0
 	}
@@ -93,11 +102,17 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 // Seekdir moves to an offset handed out by Readdirent; 0 reads the
 // directory again, as rewinddir(3) promises.
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
-	if off == 0 {
-		return d.load()
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if off == 0 {
+		d.loaded, d.next = false, 0
+		return 0
+	}
+	if !d.loaded {
+		if errno := d.load(); errno != 0 {
+			return errno
+		}
+	}
 	if off > uint64(len(d.entries)) {
 		return syscall.EINVAL
 	}

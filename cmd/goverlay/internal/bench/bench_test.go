@@ -69,13 +69,15 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var defaults, dircache []string
+	var defaults, dircache, containers []string
 	for _, w := range allWorkloads {
 		switch w.group {
 		case groupDefault:
 			defaults = append(defaults, w.name)
 		case groupDircache:
 			dircache = append(dircache, w.name)
+		case groupContainers:
+			containers = append(containers, w.name)
 		default:
 			t.Errorf("workload %s is in no group (%q)", w.name, w.group)
 		}
@@ -83,8 +85,8 @@ func TestParseFlags(t *testing.T) {
 	if len(c.Targets) != len(allTargets) || strings.Join(c.Workloads, ",") != strings.Join(defaults, ",") {
 		t.Errorf("defaults: %d targets, workloads %v; want all targets and the default group", len(c.Targets), c.Workloads)
 	}
-	if len(defaults) != 14 || len(dircache) != 7 {
-		t.Errorf("groups: default %v, dircache %v", defaults, dircache)
+	if len(defaults) != 14 || len(dircache) != 7 || len(containers) != 10 {
+		t.Errorf("groups: default %v, dircache %v, containers %v", defaults, dircache, containers)
 	}
 	if c.Duration != DefaultDuration || c.Runs != DefaultRuns || c.Scale != DefaultScale {
 		t.Errorf("defaults: duration %v runs %d scale %v", c.Duration, c.Runs, c.Scale)
@@ -98,7 +100,9 @@ func TestParseFlags(t *testing.T) {
 
 	for args, want := range map[string][]string{
 		"dircache":           dircache,
-		"all":                append(append([]string(nil), defaults...), dircache...),
+		"all":                append(append(append([]string(nil), defaults...), dircache...), containers...),
+		"containers":         containers,
+		"ct-read":            {"ct-read-cold", "ct-read-warm"},
 		"warm,stat-deep":     {"stat-deep", "warm-stat", "warm-path-miss"},
 		"path-miss":          {"path-miss"},
 		"default,find-cold":  append(append([]string(nil), defaults...), "find-cold"),

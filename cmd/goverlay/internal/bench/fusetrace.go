@@ -48,11 +48,20 @@ type fuseTracer struct {
 func newFuseTracer() *fuseTracer {
 	t := &fuseTracer{}
 	var idText []byte
-	for _, dir := range []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"} {
-		b, err := os.ReadFile(filepath.Join(dir, "events/fuse/fuse_request_send/id"))
-		if err == nil {
-			idText = b
-			break
+	for try := 0; try < 2 && idText == nil; try++ {
+		if try == 1 {
+			// tracefs is not mounted: mount it where the kernel
+			// documents it (Documentation/trace/ftrace.rst); it stays.
+			if unix.Mount("tracefs", "/sys/kernel/tracing", "tracefs", 0, "") != nil {
+				break
+			}
+		}
+		for _, dir := range []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"} {
+			b, err := os.ReadFile(filepath.Join(dir, "events/fuse/fuse_request_send/id"))
+			if err == nil {
+				idText = b
+				break
+			}
 		}
 	}
 	if idText == nil {

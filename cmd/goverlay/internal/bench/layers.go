@@ -95,7 +95,11 @@ func copyTree(src, dst string) error {
 		if d.IsDir() {
 			return os.MkdirAll(to, 0o755)
 		}
-		return copyFile(p, to, 0o644)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		return copyFile(p, to, info.Mode().Perm())
 	})
 }
 

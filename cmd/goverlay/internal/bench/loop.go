@@ -31,6 +31,9 @@ type bencher struct {
 	dcNative string
 	tracer   *fuseTracer
 
+	// The containers workloads' tree (containers.go); nil when none runs.
+	ct *ctState
+
 	targets   []*targetState
 	workloads []*workloadDef
 	results   map[[2]string]*Result // (workload, target)
@@ -96,6 +99,9 @@ func newBencher(ctx context.Context, c Config, cl *cleanups) (*bencher, error) {
 		}
 	}
 	if err := b.setupDircache(); err != nil {
+		return nil, err
+	}
+	if err := b.setupContainers(); err != nil {
 		return nil, err
 	}
 	b.rep.Machine.fill(c.Binary)

@@ -44,6 +44,8 @@ type Report struct {
 	// met or missed, for the goverlay targets, from the workloads that
 	// ran.
 	Goals []Goal `json:"goals,omitempty"`
+	// Containers describes the containers workloads' tree, when any ran.
+	Containers *ContainersInfo `json:"containers,omitempty"`
 }
 
 // Goal is one design target checked on one goverlay target.
@@ -143,6 +145,9 @@ type ReqSample struct {
 	FuseRequestsByType map[string]uint64 `json:"fuse_requests_by_type,omitempty"`
 	// Daemon are goverlay's own counters' increase.
 	Daemon *DaemonRequests `json:"daemon,omitempty"`
+	// DaemonCPU is the FUSE daemon's utime+stime over the timed part,
+	// in seconds (the containers workloads).
+	DaemonCPU *float64 `json:"daemon_cpu_seconds,omitempty"`
 }
 
 // DaemonRequests are the request counters of `goverlay stats`: LOOKUPs
@@ -540,6 +545,8 @@ func (r *Report) writeTable(w io.Writer) {
 		writeRows(tw, grows, nil)
 		tw.Flush()
 	}
+
+	r.writeContainers(w)
 
 	// goverlay against itself without NOSEC.
 	var cmp [][]string

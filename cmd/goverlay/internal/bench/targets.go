@@ -140,9 +140,12 @@ func (t *targetDef) setup(ctx context.Context, b *bencher, dir string, cl *clean
 		if err := b.lendNativeDircache(upperDir, cl); err != nil {
 			return nil, err
 		}
+		if err := b.linkNativeTree(upperDir); err != nil {
+			return nil, err
+		}
 		return inst, prepareTarget(inst)
 	}
-	for _, p := range append([]string{b.lower, upperDir, work, mnt}, b.dcLowers...) {
+	for _, p := range append(append([]string{b.lower, upperDir, work, mnt}, b.dcLowers...), b.ctLowers()...) {
 		if strings.ContainsAny(p, ",:\\") {
 			return nil, fmt.Errorf("scratch path %s contains ',', ':' or '\\', which overlay options cannot carry; choose another --dir", p)
 		}
@@ -153,7 +156,7 @@ func (t *targetDef) setup(ctx context.Context, b *bencher, dir string, cl *clean
 			return nil, fmt.Errorf("fill the upper layer: %w", err)
 		}
 	}
-	lowers := strings.Join(append([]string{b.lower}, b.dcLowers...), ":")
+	lowers := strings.Join(append(append([]string{b.lower}, b.dcLowers...), b.ctLowers()...), ":")
 	layers := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lowers, upperDir, work)
 	// Unmount whatever ends up on mnt, even if the mount command failed
 	// half-way or was interrupted.
