@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -100,6 +101,9 @@ type FS struct {
 	// with a redirect to the identity the kernel knows it by
 	// (keepIdentity).
 	keptIDs sync.Map // devIno → fs.StableAttr
+	// redirectWarned is when a malformed redirect was last logged
+	// (warnRedirect), in Unix nanoseconds.
+	redirectWarned atomic.Int64
 }
 
 // New opens the layers described by o. Nothing is mounted yet.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -16,21 +17,29 @@ import (
 )
 
 // prepareMove copies c, the child about to be moved, into the upper layer.
+// samedir is set when it stays in the same parent.
 //
 // A directory with instances in lower layers moves with a redirect, as the
 // kernel does with redirect_dir=on (Linux: fs/overlayfs/dir.c
-// ovl_set_redirect()): its upper instance records the path of its lower
-// instances, overlay.redirect (always absolute here), so that a later
-// lookup, ours or the kernel's, merges it with them wherever it now is.
-// It reports whether c got a redirect. With redirect_dir=off the answer is
-// EXDEV, the kernel's answer then, and mv(1) falls back to copying. Both
-// sides of a RENAME_EXCHANGE move, and each gets a redirect of its own.
-func (c *node) prepareMove(ctx context.Context) (redirected bool, e syscall.Errno) {
+// ovl_set_redirect()): its upper instance records where its lower
+// instances are, overlay.redirect, so that a later lookup, ours or the
+// kernel's, merges it with them wherever it now is. The value is written
+// as the kernel writes it (redirectFor): the directory's path in the merged
+// view before the move, which a lookup resolves in the layers below the
+// upper, each of which may redirect again. A directory that already has a
+// redirect keeps it when it stays in its parent or the redirect is
+// absolute. It reports whether c has lower instances (and so moves with a
+// redirect, not as an upper-only directory). With redirect_dir=off the
+// answer is EXDEV, the kernel's answer then, and mv(1) falls back to
+// copying. Both sides of a RENAME_EXCHANGE move, and each gets a redirect
+// of its own.
+func (c *node) prepareMove(ctx context.Context, samedir bool) (redirected bool, e syscall.Errno) {
 	if !c.isDir() {
 		return false, errno(c.copyUp(ctx, true))
 	}
 	c.mu.Lock()
 	pure := len(c.chain) == 1 && c.chain[0].Layer.Upper
+	old := c.redirect
 	c.mu.Unlock()
 	if pure {
 		return false, 0
@@ -38,7 +47,15 @@ func (c *node) prepareMove(ctx context.Context) (redirected bool, e syscall.Errn
 	if c.ofs.opts.RedirectDirOff {
 		return false, syscall.EXDEV
 	}
-	path := c.lowerPath()
+	absolute := !samedir
+	if old != "" && (!absolute || old[0] == '/') {
+		// Still right: the upper instance that holds it is there.
+		return true, 0
+	}
+	path, e := c.redirectFor(absolute)
+	if e != 0 {
+		return false, e
+	}
 	d, err := c.upperDir(ctx)
 	if err != nil {
 		return false, errno(err)
@@ -62,26 +79,46 @@ func (c *node) prepareMove(ctx context.Context) (redirected bool, e syscall.Errn
 	return true, 0
 }
 
-// lowerPath is where directory c's lower instances are, from the root:
-// its redirect, or its name under its parent's lower path.
-func (c *node) lowerPath() string {
-	if c.IsRoot() {
-		return ""
+// redirectMax is the longest absolute redirect written, the kernel's
+// default (Linux: fs/overlayfs/params.c, the redirect_max parameter).
+const redirectMax = 256
+
+// redirectFor is the redirect directory c gets when it moves, before the
+// move (Linux: fs/overlayfs/dir.c ovl_get_redirect()): relative, its name,
+// when it stays in its parent; absolute otherwise, its path in the merged
+// view, where an ancestor's own redirect stands for its name and an
+// absolute one ends the path. Such a path is what a lookup through the
+// layers below the upper resolves to c's lower instances, as each of those
+// layers saw them. A path longer than redirectMax is EXDEV: mv copies.
+func (c *node) redirectFor(absolute bool) (string, syscall.Errno) {
+	if !absolute {
+		name, _ := c.parentNode()
+		return name, 0
 	}
-	c.mu.Lock()
-	r := c.redirect
-	c.mu.Unlock()
-	name, p := c.parentNode()
-	switch {
-	case r != "" && r[0] == '/':
-		return r
-	case r != "":
-		name = r
+	var parts []string
+	for d := c; d != nil && !d.IsRoot(); {
+		d.mu.Lock()
+		r := d.redirect
+		d.mu.Unlock()
+		name, p := d.parentNode()
+		if r == "" {
+			r = name
+		}
+		parts = append(parts, r)
+		if r[0] == '/' {
+			break
+		}
+		d = p
 	}
-	if p == nil {
-		return "/" + name
+	slices.Reverse(parts)
+	path := strings.Join(parts, "/")
+	if !strings.HasPrefix(path, "/") {
+		path = "/" + path
 	}
-	return p.lowerPath() + "/" + name
+	if len(path) > redirectMax {
+		return "", syscall.EXDEV
+	}
+	return path, 0
 }
 
 var _ = (fs.NodeRenamer)((*node)(nil))
@@ -129,7 +166,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		}
 		dst = dstIn.Operations().(*node)
 		var e syscall.Errno
-		if dstRedirected, e = dst.prepareMove(ctx); e != 0 {
+		if dstRedirected, e = dst.prepareMove(ctx, n == np); e != 0 {
 			return e
 		}
 	} else if dstExists && dstE.IsDir() {
@@ -141,7 +178,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return syscall.ENOTEMPTY
 		}
 	}
-	redirected, e := src.prepareMove(ctx)
+	redirected, e := src.prepareMove(ctx, n == np)
 	if e != 0 {
 		return e
 	}

@@ -461,8 +461,8 @@ func (l *Layer) EmptyDir(d *lower.Dir, name string) error {
 }
 
 // SetRedirect records on the upper directory d where its lower instances
-// are (the kernel's overlay.redirect format: an absolute path from the
-// root).
+// are (the kernel's overlay.redirect format: a name in the same parent, or
+// an absolute path from the root, resolved in the layers below).
 func (l *Layer) SetRedirect(d *lower.Dir, path string) error {
 	return d.DoPath("", func(p string) error {
 		return xattr.Set(p, l.opts.XattrPrefix+"redirect", []byte(path))
