@@ -49,7 +49,12 @@ func (c *node) prepareMove(ctx context.Context, samedir bool) (redirected bool, 
 	}
 	absolute := !samedir
 	if old != "" && (!absolute || old[0] == '/') {
-		// Still right: the upper instance that holds it is there.
+		// Still right, on the upper instance that holds it.
+		d, err := c.upperDir(ctx)
+		if err != nil {
+			return false, errno(err)
+		}
+		c.ofs.keepIdentity(d, c.StableAttr())
 		return true, 0
 	}
 	path, e := c.redirectFor(absolute)

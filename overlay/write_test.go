@@ -597,3 +597,56 @@ func grepLines(s, sub, except string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// A redirect is written as the kernel writes it (ovl_set_redirect()): the
+// old name within one parent, whatever the path's length; an absolute path
+// longer than the kernel's redirect_max (256) is EXDEV, and mv copies. A
+// directory that has a redirect keeps it when it moves within its parent
+// and gets an absolute one, its own redirect standing for its name, when
+// it moves to another.
+func TestRenameRedirectFormat(t *testing.T) {
+	lo := t.TempDir()
+	long := strings.Repeat("l", 200)
+	write(t, lo+"/"+long+"/"+long+"/d/f", "f")
+	write(t, lo+"/p/d/f", "f")
+	if err := os.Mkdir(lo+"/q", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	up, work := t.TempDir(), t.TempDir()
+	mnt := mountT(t, Options{Lower: []string{lo}, Upper: up, Work: work})
+	redirect := func(rel string) string {
+		t.Helper()
+		v, err := xattr.Get(up+"/"+rel, "trusted.overlay.redirect")
+		if err != nil {
+			t.Fatalf("%s: %v", rel, err)
+		}
+		return string(v)
+	}
+	deep := long + "/" + long
+	if err := os.Rename(mnt+"/"+deep+"/d", mnt+"/"+deep+"/e"); err != nil {
+		t.Fatalf("rename within a deep parent: %v", err)
+	}
+	if r := redirect(deep + "/e"); r != "d" {
+		t.Errorf("redirect %q, want d", r)
+	}
+	if err := os.Rename(mnt+"/"+deep+"/e", mnt+"/q/e"); !errors.Is(err, syscall.EXDEV) {
+		t.Errorf("rename to another parent with a %d-byte path: %v, want EXDEV", len(deep)+3, err)
+	}
+	for _, step := range []struct{ from, to, want string }{
+		{"p/d", "p/d1", "d"},     // lower, same parent: its old name
+		{"p/d1", "p/d2", "d"},    // kept
+		{"p/d2", "q/d3", "/p/d"}, // another parent: absolute, from its own redirect
+		{"q/d3", "q/d4", "/p/d"}, // kept
+		{"q/d4", "p/d", "/p/d"},  // back where it was: still absolute
+	} {
+		if err := os.Rename(mnt+"/"+step.from, mnt+"/"+step.to); err != nil {
+			t.Fatalf("rename %s %s: %v", step.from, step.to, err)
+		}
+		if r := redirect(step.to); r != step.want {
+			t.Errorf("after rename %s %s: redirect %q, want %q", step.from, step.to, r, step.want)
+		}
+	}
+	if b, err := os.ReadFile(mnt + "/p/d/f"); err != nil || string(b) != "f" {
+		t.Errorf("p/d/f: %q %v", b, err)
+	}
+}

@@ -114,7 +114,7 @@ var crashPoints = []crashPoint{
 		ops:   []seqOp{opRename("D", "E"), opRename("E", "F")}, syscall: "setxattr", nth: 1,
 	},
 	{
-		name:  "dir-rename/after-the-second-redirect",
+		name: "dir-rename/after-the-second-redirect",
 		// The second rename changes the parent: the relative
 		// redirect the first wrote ("D") is replaced by an absolute
 		// one. (Within one parent it would be kept, as the kernel's
