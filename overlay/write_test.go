@@ -650,3 +650,42 @@ func TestRenameRedirectFormat(t *testing.T) {
 		t.Errorf("p/d/f: %q %v", b, err)
 	}
 }
+
+// A rename that fails at its commit point (the upper's renameat2: here
+// the target directory is immutable, EPERM) leaves no redirect behind on
+// the directory it copied up, and the node does not take one either: the
+// rename that then succeeds writes the value a first rename would.
+func TestRenameFailureUndone(t *testing.T) {
+	if _, err := exec.LookPath("chattr"); err != nil {
+		t.Skip("no chattr")
+	}
+	lo := t.TempDir()
+	write(t, lo+"/p/d/f", "f")
+	write(t, lo+"/q/g", "g")
+	up, work := t.TempDir(), t.TempDir()
+	mnt := mountT(t, Options{Lower: []string{lo}, Upper: up, Work: work})
+	// q into the upper layer, then made immutable there.
+	write(t, mnt+"/q/new", "n")
+	if out, err := exec.Command("chattr", "+i", up+"/q").CombinedOutput(); err != nil {
+		t.Skipf("chattr +i: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("chattr", "-i", up+"/q").Run() })
+	if err := os.Rename(mnt+"/p/d", mnt+"/q/d"); !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("rename into an immutable upper dir: %v, want EPERM", err)
+	}
+	if v, err := xattr.Get(up+"/p/d", "trusted.overlay.redirect"); err == nil {
+		t.Errorf("upper p/d keeps the redirect %q of the failed rename", v)
+	}
+	if b, err := os.ReadFile(mnt + "/p/d/f"); err != nil || string(b) != "f" {
+		t.Errorf("p/d/f after the failed rename: %q %v", b, err)
+	}
+	if out, err := exec.Command("chattr", "-i", up+"/q").CombinedOutput(); err != nil {
+		t.Fatalf("chattr -i: %v %s", err, out)
+	}
+	if err := os.Rename(mnt+"/p/d", mnt+"/p/e"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := xattr.Get(up+"/p/e", "trusted.overlay.redirect"); err != nil || string(v) != "d" {
+		t.Errorf("upper p/e redirect: %q %v, want d", v, err)
+	}
+}
