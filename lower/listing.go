@@ -135,15 +135,6 @@ func (m Member) listing() *listing {
 	return l
 }
 
-// cachedListing returns d's listing if it is cached, without reading it.
-func (m Member) cachedListing() *listing {
-	if l := m.Dir.ls.Load(); l != nil {
-		l.used.Store(true)
-		return l
-	}
-	return nil
-}
-
 // lcache bounds the memory listings take (Caches.listings): beyond the
 // budget (in entries), listings not used since the cache last passed over
 // them are dropped (the clock algorithm: one bit per listing, no lock on a

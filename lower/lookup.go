@@ -2,6 +2,7 @@ package lower
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -71,38 +72,33 @@ func (e *Entry) IsDir() bool { return e.Stat.Mode&unix.S_IFMT == unix.S_IFDIR }
 //   - a directory is merged with the directories of the same name below it
 //     until one of them is opaque or a layer has a non-directory there;
 //   - a directory with a redirect (overlay.redirect, written when a
-//     directory with lower instances was renamed) is merged with the
-//     directories at the redirect's path instead: an absolute path from
-//     the root of each layer below (layers is the whole stack, topmost
-//     first), or a name in the same parent.
+//     directory with lower instances was renamed) is merged with what the
+//     redirect names in the layers below the one that holds it, and a
+//     directory found there may redirect again, to the layers below its
+//     own: a chain of renames, one per layer, is followed to its end. A
+//     relative redirect is another name in the same parent; an absolute
+//     one a path from the root of each layer below (layers is the whole
+//     stack, topmost first), which directories on the way rewrite with
+//     their own redirects (walkRedirect).
 //
-// It returns unix.ENOENT when the name is absent or whited out.
+// It returns unix.ENOENT when the name is absent or whited out, and a
+// *RedirectError when a redirect it has to follow is malformed.
 func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
 	if len(name) > unix.NAME_MAX {
 		// As the layer would answer, listing or not.
 		return nil, unix.ENAMETOOLONG
 	}
 	var e *Entry
-	cur, curName := c, name
-	var walked []Chain // directories opened for absolute redirects
-	defer func() {
-		for _, w := range walked {
-			for _, m := range w {
-				if m.walked() != nil {
-					m.Close()
-				}
-			}
+	curName := name
+	bottom := layers[len(layers)-1]
+	for k := 0; k < len(c); k++ {
+		m := c[k]
+		if !validName(curName) {
+			// A relative redirect "." or "..", or one a NUL cut
+			// short: lookup_one_len() refuses the name.
+			return nil, &RedirectError{Layer: m.Layer.Path, Value: curName, Err: unix.EACCES}
 		}
-	}()
-	own := true // cur is c, whose members' listings are worth reading
-	for k := 0; k < len(cur); k++ {
-		m := cur[k]
-		var ls *listing
-		if own {
-			ls = m.listing()
-		} else {
-			ls = m.cachedListing()
-		}
+		ls := m.listing()
 		if ls != nil {
 			// The layer's answer without asking it: a miss costs
 			// nothing, and only a name it holds is stat'ed.
@@ -118,11 +114,11 @@ func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
 		var st unix.Stat_t
 		m.Layer.Counters.Asked.Add(1)
 		err := m.Stat(curName, &st)
-		if errors.Is(err, unix.ENOENT) {
+		if errors.Is(err, unix.ENOENT) || (e != nil && errors.Is(err, unix.ENAMETOOLONG)) {
 			// A ".wh.NAME" only matters to the layers below: in the
 			// last one (a directory only the upper layer has, say)
 			// there is nothing to hide, and no need to ask.
-			if k < len(cur)-1 && m.hides(ls, curName) {
+			if k < len(c)-1 && m.hides(ls, curName) {
 				break
 			}
 			continue
@@ -159,8 +155,8 @@ func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
 			break
 		}
 		if p := m.walked(); p != nil {
-			// Found below a redirect's path: reopen from the root,
-			// not from the walked directory, which is closed below.
+			// A member of c found by walking from its layer's root
+			// (walkRedirect): reopen from the root too.
 			d.rebase(append(p, curName))
 		}
 		opaque, xw := d.isOpaque()
@@ -172,26 +168,35 @@ func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
 			e.Opaque = true
 			break
 		}
-		r, ok := d.redirect()
+		if m.Layer == bottom {
+			// Nothing below to redirect to: the kernel does not read
+			// the bottom layer's redirects (d->last), so a malformed
+			// one there is no error.
+			break
+		}
+		r, ok, err := d.redirect()
+		if err != nil {
+			e.Chain.Close()
+			return nil, err
+		}
 		if !ok {
 			continue
 		}
 		if len(e.Chain) == 1 {
 			e.Redirect = r
 		}
-		if r[0] != '/' {
-			// The same parent, another name.
+		if r == "" || r[0] != '/' {
+			// The same parent, another name: the parent's instances
+			// below this one.
 			curName = r
 			continue
 		}
-		// From the root of each layer below.
-		// The directories on the way are not closed: the chain's
-		// members reopen from them when the fd cache closed theirs.
-		// Idle, they leave the fd cache like any other.
-		parent, base := splitRedirect(r)
-		cur, curName, k = walkLayers(layers, m.Layer.Index+1, parent), base, -1
-		own = false
-		walked = append(walked, cur)
+		// From the root of each layer below this one.
+		if err := e.followAbsolute(layers, m.Layer.Index+1, r); err != nil {
+			e.Chain.Close()
+			return nil, err
+		}
+		break
 	}
 	if e == nil {
 		return nil, unix.ENOENT
@@ -199,11 +204,169 @@ func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
 	return e, nil
 }
 
-// redirect reads a directory's overlay.redirect, if it has a usable one: an
-// absolute path or a single name, without "." or ".." components, so that
-// following it can never leave the layers (a redirect is never followed
-// through a symlink either: walkLayers opens with O_NOFOLLOW).
-func (d *Dir) redirect() (string, bool) {
+// followAbsolute merges into e the directories at the absolute path p in
+// the layers from index from down (Linux: ovl_lookup() switching to the
+// root's layers, poe = roe). Each layer is walked with the path as the
+// layers above left it (walkRedirect), until one hides the rest.
+func (e *Entry) followAbsolute(layers []*Layer, from int, p string) error {
+	bottom := layers[len(layers)-1]
+	for _, l := range layers {
+		if l.Index < from {
+			continue
+		}
+		w, err := walkRedirect(l, p, l == bottom)
+		if err != nil {
+			return err
+		}
+		p = w.next
+		if w.dir != nil {
+			e.Chain = append(e.Chain, Member{Dir: w.dir, XWhiteouts: w.xwhiteouts})
+			if w.opaque {
+				e.Opaque = true
+			}
+		}
+		if w.stop {
+			break
+		}
+	}
+	return nil
+}
+
+// walked is what walkRedirect found in one layer.
+type walked struct {
+	// dir is the directory at the end of the path, reopening itself from
+	// the layer root (Dir.rebase); nil when the layer has none.
+	dir        *Dir
+	xwhiteouts bool
+	// opaque: dir is opaque.
+	opaque bool
+	// stop: the layers below are hidden (a whiteout, a non-directory or
+	// an opaque directory on the way or at the end).
+	stop bool
+	// next is the path to look for in the layers below: p with the
+	// redirects of the directories on the way applied.
+	next string
+}
+
+// walkRedirect walks the absolute path p (a valid redirect) from the root
+// of layer l, one O_NOFOLLOW step at a time, as ovl_lookup_layer() does:
+//   - a missing component ends the walk in this layer only, unless a
+//     ".wh.NAME" beside it hides it below;
+//   - a whiteout or a non-directory on the way or at the end hides the
+//     path in the layers below;
+//   - an opaque directory hides the layers below, but the walk goes on in
+//     this layer, and an absolute redirect further down lifts the stop;
+//   - a directory on the way (or at the end) with a redirect rewrites the
+//     path for the layers below: an absolute one replaces the part walked
+//     so far, a relative one the last component of it (the kernel's
+//     ovl_check_redirect() with prelen and post).
+//
+// The bottom layer's opaque and redirect marks are not read (d->last). A
+// "." or ".." component is refused with EACCES, as lookup_one_len() does,
+// and a malformed redirect on the way is a *RedirectError.
+func walkRedirect(l *Layer, p string, bottom bool) (walked, error) {
+	comps := strings.Split(p[1:], "/")
+	var w walked
+	prefix := "" // the path so far, as the layers below will see it
+	d := l.root
+	drop := func() {
+		if d != l.root {
+			d.Close()
+		}
+	}
+	for i, c := range comps {
+		rest := func() string { return prefix + "/" + strings.Join(comps[i:], "/") }
+		if !validName(c) {
+			drop()
+			return w, &RedirectError{Layer: l.Path, Value: p, Err: unix.EACCES}
+		}
+		var st unix.Stat_t
+		err := d.Stat(c, &st)
+		switch {
+		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENAMETOOLONG):
+			w.stop = w.stop || d.hasEntry(WhiteoutPrefix+c)
+			w.next = rest()
+			drop()
+			return w, nil
+		case err != nil:
+			drop()
+			return w, err
+		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+			// A whiteout or a file hides the path below.
+			w.stop = true
+			w.next = rest()
+			drop()
+			return w, nil
+		}
+		next, err := d.OpenDir(c)
+		if err != nil {
+			drop()
+			return w, err
+		}
+		hidden := d.hasEntry(WhiteoutPrefix + c)
+		drop()
+		d = next
+		last := i == len(comps)-1
+		step := "/" + c
+		if !bottom {
+			opaque, xw := d.isOpaque()
+			if last {
+				w.xwhiteouts = xw
+			}
+			if opaque || hidden {
+				w.stop = true
+				w.opaque = w.opaque || last
+			} else {
+				r, ok, err := d.redirect()
+				if err != nil {
+					d.Close()
+					return w, err
+				}
+				switch {
+				case !ok:
+				case r != "" && r[0] == '/':
+					prefix, step = "", r
+					w.stop = false
+				default:
+					step = "/" + r
+				}
+			}
+		}
+		prefix += step
+	}
+	d.rebase(comps)
+	w.dir, w.next = d, prefix
+	return w, nil
+}
+
+// RedirectError is a redirect a lookup could not follow: malformed
+// (EINVAL: empty, an empty component, or a relative value with a "/"; Linux:
+// fs/overlayfs/util.c ovl_get_redirect_xattr()), or naming "." or ".."
+// (EACCES, as lookup_one_len() refuses them). The kernel fails the lookup
+// with the same errno.
+type RedirectError struct {
+	// Layer is the layer's directory, Value the redirect.
+	Layer, Value string
+	Err          unix.Errno
+}
+
+func (e *RedirectError) Error() string {
+	if e.Err == unix.EINVAL {
+		return fmt.Sprintf("invalid redirect %q in layer %s", e.Value, e.Layer)
+	}
+	return fmt.Sprintf("redirect %q refused in layer %s: %v", e.Value, e.Layer, e.Err)
+}
+
+func (e *RedirectError) Unwrap() error { return e.Err }
+
+// redirect reads a directory's overlay.redirect: ok is false when it has
+// none; the value when it is an absolute path without empty components or a single
+// name, a *RedirectError (EINVAL) otherwise (Linux:
+// ovl_get_redirect_xattr()). Like the kernel, which reads it as a C
+// string, it ends the value at a NUL. A "." or ".." in it passes here and
+// is refused where it is looked up. It is never followed through a
+// symlink: every step opens with O_NOFOLLOW.
+func (d *Dir) redirect() (r string, ok bool, err error) {
 	for _, prefix := range []string{TrustedPrefix, UserPrefix} {
 		v, err := d.Getxattr("", prefix+"redirect")
 		if err != nil {
@@ -211,101 +374,41 @@ func (d *Dir) redirect() (string, bool) {
 		}
 		r := string(v)
 		if !validRedirect(r) {
-			return "", false
+			return "", false, &RedirectError{Layer: d.Layer.Path, Value: r, Err: unix.EINVAL}
 		}
-		return r, true
+		if i := strings.IndexByte(r, 0); i >= 0 {
+			r = r[:i]
+		}
+		return r, true, nil
 	}
-	return "", false
+	return "", false, nil
 }
 
+// validRedirect reports whether r has the form of a redirect: a relative
+// name without "/", or an absolute path without empty components. The
+// value counts up to its first NUL.
 func validRedirect(r string) bool {
-	if r == "" || len(r) > 4096 || strings.IndexByte(r, 0) >= 0 {
+	if r == "" {
 		return false
 	}
-	if r[0] != '/' {
-		return !strings.Contains(r, "/") && r != "." && r != ".."
+	if i := strings.IndexByte(r, 0); i >= 0 {
+		r = r[:i]
+	}
+	if r == "" || r[0] != '/' {
+		return !strings.Contains(r, "/")
 	}
 	for _, c := range strings.Split(r[1:], "/") {
-		if c == "" || c == "." || c == ".." {
+		if c == "" {
 			return false
 		}
 	}
 	return true
 }
 
-// splitRedirect splits an absolute redirect into its parent path and name.
-func splitRedirect(r string) (parent, name string) {
-	i := strings.LastIndexByte(r, '/')
-	return r[:i], r[i+1:]
-}
-
-// walkLayers opens the directory at the absolute path p ("" is the root)
-// in each layer from index from down, one O_NOFOLLOW step at a time, the
-// way a lookup of p through the layers would find it: a layer where the
-// path is missing is skipped; a whiteout or a non-directory on the way ends
-// the walk for every layer below; an opaque directory on the way ends it
-// after its own layer. Members other than layer roots reopen themselves
-// from the root (Dir.rebase); the caller closes them when done.
-func walkLayers(layers []*Layer, from int, p string) Chain {
-	var out Chain
-	comps := strings.FieldsFunc(p, func(r rune) bool { return r == '/' })
-	for _, l := range layers {
-		if l.Index < from {
-			continue
-		}
-		d, found, last := walkLayer(l, comps)
-		if found {
-			out = append(out, Member{Dir: d})
-		}
-		if last {
-			break
-		}
-	}
-	return out
-}
-
-// walkLayer walks comps from the root of l. It reports the directory if
-// the whole path is there, and whether the layers below l are hidden. The
-// directory reopens itself from the root (Dir.rebase): the ones on the way
-// are closed at once.
-func walkLayer(l *Layer, comps []string) (d *Dir, found, last bool) {
-	d = l.root
-	done := func(keep *Dir) {
-		if d != l.root && d != keep {
-			d.Close()
-		}
-	}
-	for _, c := range comps {
-		var st unix.Stat_t
-		err := d.Stat(c, &st)
-		switch {
-		case errors.Is(err, unix.ENOENT):
-			last = d.hasEntry(WhiteoutPrefix + c)
-			done(nil)
-			return nil, false, last
-		case err != nil:
-			done(nil)
-			return nil, false, false
-		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-			// A whiteout or a file hides the path below.
-			done(nil)
-			return nil, false, true
-		}
-		next, err := d.OpenDir(c)
-		if err != nil {
-			done(nil)
-			return nil, false, false
-		}
-		if opaque, _ := next.isOpaque(); opaque || d.hasEntry(WhiteoutPrefix+c) {
-			last = true
-		}
-		done(nil)
-		d = next
-	}
-	if d != l.root {
-		d.rebase(comps)
-	}
-	return d, true, last
+// validName reports whether a redirect's name (or component) is one a
+// lookup may take: not empty, ".", or "..".
+func validName(name string) bool {
+	return name != "" && name != "." && name != ".."
 }
 
 // hides reports whether a ".wh.NAME" entry beside name hides it in the

@@ -1,6 +1,7 @@
 package lower
 
 import (
+	"errors"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -157,22 +158,59 @@ func TestLookupRedirect(t *testing.T) {
 		e := mustLookup(t, s, s.chain(), "x")
 		wantMembers(t, s, e.Chain, place{0, "x"})
 	})
-	for _, bad := range []string{"", "/", "../y", "a/y", "/a/../y", "/a//y", "/a/./y", ".", "..", "y\x00"} {
-		t.Run("invalid "+bad, func(t *testing.T) {
+	// Malformed values fail the lookup as the kernel's does: EINVAL when
+	// the value is read (ovl_get_redirect_xattr()), EACCES when a "." or
+	// ".." is looked up (lookup_one_len()). A NUL ends the value.
+	for _, tc := range []struct {
+		value string
+		err   unix.Errno
+	}{
+		{"", unix.EINVAL}, {"/", unix.EINVAL}, {"../y", unix.EINVAL}, {"a/y", unix.EINVAL},
+		{"/a//y", unix.EINVAL}, {"//y", unix.EINVAL}, {"/y/", unix.EINVAL},
+		{"/a/../y", unix.EACCES}, {"/a/./y", unix.EACCES}, {"/../y", unix.EACCES}, {".", unix.EACCES},
+		{"..", unix.EACCES}, {"\x00y", unix.EACCES}, {"y\x00", 0}, {"/y\x00/..", 0},
+	} {
+		t.Run("malformed "+tc.value, func(t *testing.T) {
 			s := newStack(t, 2)
 			s.dir(t, 0, "x")
-			s.setxattr(t, 0, "x", TrustedPrefix+"redirect", bad)
+			s.setxattr(t, 0, "x", TrustedPrefix+"redirect", tc.value)
 			s.dir(t, 1, "x")
 			s.dir(t, 1, "y")
 			s.dir(t, 1, "a/y")
-			e := mustLookup(t, s, s.chain(), "x")
-			// An unusable redirect is ignored: merge by name.
-			wantMembers(t, s, e.Chain, place{0, "x"}, place{1, "x"})
-			if e.Redirect != "" {
-				t.Errorf("Redirect = %q for an invalid value", e.Redirect)
+			e, err := s.chain().Lookup("x", s.layers)
+			if tc.err == 0 {
+				if err != nil {
+					t.Fatalf("Lookup: %v", err)
+				}
+				defer e.Chain.Close()
+				wantMembers(t, s, e.Chain, place{0, "x"}, place{1, "y"})
+				return
+			}
+			var re *RedirectError
+			if !errors.As(err, &re) || !errors.Is(err, tc.err) {
+				t.Fatalf("Lookup: %v, want a RedirectError with %v", err, tc.err)
 			}
 		})
 	}
+	t.Run("malformed in the bottom layer", func(t *testing.T) {
+		// The kernel never reads the bottom layer's redirects.
+		s := newStack(t, 2)
+		s.dir(t, 1, "x")
+		s.setxattr(t, 1, "x", TrustedPrefix+"redirect", "a/b")
+		e := mustLookup(t, s, s.chain(), "x")
+		wantMembers(t, s, e.Chain, place{1, "x"})
+	})
+	t.Run("malformed on an absolute path's way", func(t *testing.T) {
+		s := newStack(t, 3)
+		s.dir(t, 0, "x")
+		s.setxattr(t, 0, "x", TrustedPrefix+"redirect", "/p/q")
+		s.dir(t, 1, "p/q")
+		s.setxattr(t, 1, "p", TrustedPrefix+"redirect", "//")
+		s.dir(t, 2, "p/q")
+		if _, err := s.chain().Lookup("x", s.layers); !errors.Is(err, unix.EINVAL) {
+			t.Fatalf("Lookup: %v, want EINVAL", err)
+		}
+	})
 	t.Run("opaque wins over redirect", func(t *testing.T) {
 		s := newStack(t, 2)
 		s.dir(t, 0, "x")
@@ -242,4 +280,109 @@ func TestLookupRedirectFDsBounded(t *testing.T) {
 	if after := openFDs(t); after > before+cacheSize {
 		t.Errorf("open fds %d after 300 redirected lookups, %d before; the cache holds at most %d", after, before, cacheSize)
 	}
+}
+
+// A redirect is resolved in the layers below the one that holds it, and a
+// directory found there may redirect again (Linux: ovl_lookup(),
+// ovl_lookup_layer()): renames in consecutive layers chain.
+func TestLookupRedirectChain(t *testing.T) {
+	t.Run("renamed and renamed back", func(t *testing.T) {
+		// mv a/dir100 a/no_dir100 in one layer, back in the next.
+		s := newStack(t, 3)
+		s.dir(t, 0, "a/dir100")
+		s.setxattr(t, 0, "a/dir100", TrustedPrefix+"redirect", "no_dir100")
+		s.whiteout(t, 0, "a/no_dir100")
+		s.dir(t, 1, "a/no_dir100")
+		s.setxattr(t, 1, "a/no_dir100", TrustedPrefix+"redirect", "dir100")
+		s.whiteout(t, 1, "a/dir100")
+		s.dir(t, 2, "a/dir100")
+		s.file(t, 2, "a/dir100/a", "x")
+		a := mustLookup(t, s, s.chain(), "a")
+		e := mustLookup(t, s, a.Chain, "dir100")
+		wantMembers(t, s, e.Chain, place{0, "a/dir100"}, place{1, "a/no_dir100"}, place{2, "a/dir100"})
+		mustLookup(t, s, e.Chain, "a")
+		wantENOENT(t, s, a.Chain, "no_dir100")
+	})
+	t.Run("a relative rename in every layer", func(t *testing.T) {
+		s := newStack(t, 4)
+		for i := range 4 {
+			n := "n" + string(rune('3'-i))
+			s.dir(t, i, n)
+			if i < 3 {
+				s.setxattr(t, i, n, TrustedPrefix+"redirect", "n"+string(rune('2'-i)))
+			}
+		}
+		e := mustLookup(t, s, s.chain(), "n3")
+		wantMembers(t, s, e.Chain, place{0, "n3"}, place{1, "n2"}, place{2, "n1"}, place{3, "n0"})
+	})
+	t.Run("absolute through a relative rename on the way", func(t *testing.T) {
+		// Layer 1 renamed a to b; layer 0 moved b/sub to c.
+		s := newStack(t, 3)
+		s.dir(t, 0, "c")
+		s.setxattr(t, 0, "c", TrustedPrefix+"redirect", "/b/sub")
+		s.dir(t, 1, "b/sub")
+		s.setxattr(t, 1, "b", TrustedPrefix+"redirect", "a")
+		s.whiteout(t, 1, "a")
+		s.dir(t, 2, "a/sub")
+		s.dir(t, 2, "b/sub") // not what layer 1's b stands for
+		e := mustLookup(t, s, s.chain(), "c")
+		wantMembers(t, s, e.Chain, place{0, "c"}, place{1, "b/sub"}, place{2, "a/sub"})
+	})
+	t.Run("absolute through an absolute rename on the way", func(t *testing.T) {
+		s := newStack(t, 3)
+		s.dir(t, 0, "c")
+		s.setxattr(t, 0, "c", TrustedPrefix+"redirect", "/b/sub")
+		s.dir(t, 1, "b/sub")
+		s.setxattr(t, 1, "b", TrustedPrefix+"redirect", "/p/q")
+		s.dir(t, 2, "p/q/sub")
+		e := mustLookup(t, s, s.chain(), "c")
+		wantMembers(t, s, e.Chain, place{0, "c"}, place{1, "b/sub"}, place{2, "p/q/sub"})
+	})
+	t.Run("absolute then relative at the end", func(t *testing.T) {
+		s := newStack(t, 3)
+		s.dir(t, 0, "c")
+		s.setxattr(t, 0, "c", TrustedPrefix+"redirect", "/d/new")
+		s.dir(t, 1, "d/new")
+		s.setxattr(t, 1, "d/new", TrustedPrefix+"redirect", "old")
+		s.dir(t, 2, "d/old")
+		e := mustLookup(t, s, s.chain(), "c")
+		wantMembers(t, s, e.Chain, place{0, "c"}, place{1, "d/new"}, place{2, "d/old"})
+	})
+	t.Run("opaque on the way, absolute redirect below it", func(t *testing.T) {
+		// The opaque o hides the layers below, but o/d's absolute
+		// redirect lifts that (ovl_check_redirect() resets d->stop).
+		s := newStack(t, 3)
+		s.dir(t, 0, "x")
+		s.setxattr(t, 0, "x", TrustedPrefix+"redirect", "/o/d")
+		s.dir(t, 1, "o/d")
+		s.setxattr(t, 1, "o", TrustedPrefix+"opaque", "y")
+		s.setxattr(t, 1, "o/d", TrustedPrefix+"redirect", "/z")
+		s.dir(t, 2, "z")
+		s.dir(t, 2, "o/d")
+		e := mustLookup(t, s, s.chain(), "x")
+		wantMembers(t, s, e.Chain, place{0, "x"}, place{1, "o/d"}, place{2, "z"})
+	})
+	t.Run("opaque on the way stops", func(t *testing.T) {
+		s := newStack(t, 3)
+		s.dir(t, 0, "x")
+		s.setxattr(t, 0, "x", TrustedPrefix+"redirect", "/o/d")
+		s.dir(t, 1, "o/d")
+		s.setxattr(t, 1, "o", TrustedPrefix+"opaque", "y")
+		s.dir(t, 2, "o/d")
+		e := mustLookup(t, s, s.chain(), "x")
+		wantMembers(t, s, e.Chain, place{0, "x"}, place{1, "o/d"})
+	})
+	t.Run("renames naming each other end", func(t *testing.T) {
+		// Every layer has both, each naming the other: a redirect only
+		// continues below, so the lookup ends at the bottom.
+		s := newStack(t, 3)
+		for i := range 3 {
+			s.dir(t, i, "p")
+			s.dir(t, i, "q")
+			s.setxattr(t, i, "p", TrustedPrefix+"redirect", "q")
+			s.setxattr(t, i, "q", TrustedPrefix+"redirect", "/p")
+		}
+		e := mustLookup(t, s, s.chain(), "p")
+		wantMembers(t, s, e.Chain, place{0, "p"}, place{1, "q"}, place{2, "p"})
+	})
 }

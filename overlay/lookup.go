@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -30,6 +31,10 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) {
 			n.ofs.stats.negativeLookups.Add(1)
+		}
+		var re *lower.RedirectError
+		if errors.As(err, &re) {
+			n.ofs.warnRedirect(name, re)
 		}
 		return nil, errno(err)
 	}
@@ -80,4 +85,16 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	out.Frsize = uint32(st.Frsize)
 	out.NameLen = uint32(st.Namelen)
 	return 0
+}
+
+// warnRedirect logs a redirect a lookup of name could not follow, as the
+// kernel logs an invalid one (Linux: ovl_get_redirect_xattr()), at most
+// once a second: a layer full of them must not flood the log.
+func (f *FS) warnRedirect(name string, re *lower.RedirectError) {
+	now := time.Now().UnixNano()
+	last := f.redirectWarned.Load()
+	if now-last < int64(time.Second) || !f.redirectWarned.CompareAndSwap(last, now) {
+		return
+	}
+	f.log.Printf("lookup %q: %v", name, re)
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -112,6 +113,9 @@ type FS struct {
 	// instance keeps its inode). So it holds at most one entry per
 	// directory this mount moved that still exists.
 	keptIDs sync.Map // devIno → fs.StableAttr
+	// redirectWarned is when a malformed redirect was last logged
+	// (warnRedirect), in Unix nanoseconds.
+	redirectWarned atomic.Int64
 }
 
 // New opens the layers described by o. Nothing is mounted yet.

@@ -46,8 +46,9 @@ type node struct {
 	mu sync.Mutex
 	// chain is the merged directory, topmost first; nil for non-directories.
 	chain lower.Chain
-	// redirect is a directory's overlay.redirect: where its lower
-	// instances are, when it was moved.
+	// redirect is the overlay.redirect of a directory's upper instance,
+	// as stored (relative or absolute): where its lower instances are,
+	// when it was moved (prepareMove).
 	redirect string
 	// links locate a non-directory: each name it has, as the directory
 	// (in the topmost layer that has the file) that holds it and the name
@@ -106,7 +107,12 @@ func (n *node) newChildAs(ctx context.Context, name string, e *lower.Entry, sa f
 	if e.IsDir() {
 		c.dir = true
 		c.chain = e.Chain
-		c.redirect = e.Redirect
+		if e.Chain[0].Layer.Upper {
+			// Only the upper instance's own redirect is the
+			// directory's (the kernel's OVL_I(inode)->redirect): a
+			// lower instance's is that layer's business.
+			c.redirect = e.Redirect
+		}
 		c.computeFastExec(&e.Stat)
 		// OnForget closes the fds of a node the kernel knew; a node
 		// go-fuse discarded (it lost a lookup race to an equal one)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -15,35 +16,64 @@ import (
 	"github.com/goverlay/goverlay/upper"
 )
 
+// move is one side of a rename made ready by prepareMove.
+type move struct {
+	c *node
+	// lowers: c is a directory with lower instances, which moves with a
+	// redirect (not as an upper-only directory).
+	lowers bool
+	// redirect is the redirect prepareMove wrote, "" when it kept the
+	// one c had or wrote none.
+	redirect string
+}
+
 // prepareMove copies c, the child about to be moved, into the upper layer.
+// samedir is set when it stays in the same parent. What it marks is
+// recorded in undo; the node learns of it only when the rename is done
+// (commit).
 //
 // A directory with instances in lower layers moves with a redirect, as the
 // kernel does with redirect_dir=on (Linux: fs/overlayfs/dir.c
-// ovl_set_redirect()): its upper instance records the path of its lower
-// instances, overlay.redirect (always absolute here), so that a later
-// lookup, ours or the kernel's, merges it with them wherever it now is.
-// It reports whether c got a redirect. With redirect_dir=off the answer is
-// EXDEV, the kernel's answer then, and mv(1) falls back to copying. Both
-// sides of a RENAME_EXCHANGE move, and each gets a redirect of its own.
-func (c *node) prepareMove(ctx context.Context) (redirected bool, e syscall.Errno) {
+// ovl_set_redirect()): its upper instance records where its lower
+// instances are, overlay.redirect, so that a later lookup, ours or the
+// kernel's, merges it with them wherever it now is. The value is written
+// as the kernel writes it (redirectFor): the directory's path in the merged
+// view before the move, which a lookup resolves in the layers below the
+// upper, each of which may redirect again. A directory that already has a
+// redirect keeps it when it stays in its parent or the redirect is
+// absolute. With redirect_dir=off the answer is EXDEV, the kernel's answer
+// then, and mv(1) falls back to copying. Both sides of a RENAME_EXCHANGE
+// move, and each gets a redirect of its own.
+func (c *node) prepareMove(ctx context.Context, samedir bool, undo *upper.Undo) (move, syscall.Errno) {
+	m := move{c: c}
 	if !c.isDir() {
-		return false, errno(c.copyUp(ctx, true))
+		return m, errno(c.copyUp(ctx, true))
 	}
 	c.mu.Lock()
 	pure := len(c.chain) == 1 && c.chain[0].Layer.Upper
+	old := c.redirect
 	c.mu.Unlock()
 	if pure {
-		return false, 0
+		return m, 0
 	}
 	if c.ofs.opts.RedirectDirOff {
-		return false, syscall.EXDEV
+		return m, syscall.EXDEV
 	}
-	path := c.lowerPath()
+	absolute := !samedir
+	if old != "" && (!absolute || old[0] == '/') {
+		// Still right, on the upper instance that holds it.
+		m.lowers = true
+		return m, 0
+	}
+	path, e := c.redirectFor(absolute)
+	if e != 0 {
+		return m, e
+	}
 	d, err := c.upperDir(ctx)
 	if err != nil {
-		return false, errno(err)
+		return m, errno(err)
 	}
-	if err := c.ofs.upper.SetRedirect(d, path); err != nil {
+	if err := c.ofs.upper.SetRedirect(d, path, undo); err != nil {
 		// Where the upper refuses the xattr, the kernel answers EXDEV
 		// (Linux: fs/overlayfs/util.c ovl_check_setxattr() on
 		// EOPNOTSUPP), and mv copies. So do we, also where its
@@ -51,37 +81,68 @@ func (c *node) prepareMove(ctx context.Context) (redirected bool, e syscall.Errn
 		// without -o userxattr (EPERM), which is how rootless podman
 		// runs its mount program.
 		if errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.EPERM) {
-			return false, syscall.EXDEV
+			return m, syscall.EXDEV
 		}
-		return false, errno(err)
+		return m, errno(err)
 	}
-	c.mu.Lock()
-	c.redirect = path
-	c.mu.Unlock()
-	c.ofs.keepIdentity(d, c.StableAttr())
-	return true, 0
+	m.lowers, m.redirect = true, path
+	return m, 0
 }
 
-// lowerPath is where directory c's lower instances are, from the root:
-// its redirect, or its name under its parent's lower path.
-func (c *node) lowerPath() string {
-	if c.IsRoot() {
-		return ""
+// commit records on the node what prepareMove wrote, once the rename is
+// done.
+func (m move) commit() {
+	if !m.lowers {
+		return
 	}
-	c.mu.Lock()
-	r := c.redirect
-	c.mu.Unlock()
-	name, p := c.parentNode()
-	switch {
-	case r != "" && r[0] == '/':
-		return r
-	case r != "":
-		name = r
+	if m.redirect != "" {
+		m.c.mu.Lock()
+		m.c.redirect = m.redirect
+		m.c.mu.Unlock()
 	}
-	if p == nil {
-		return "/" + name
+	m.c.ofs.keepIdentity(m.c.top().Dir, m.c.StableAttr())
+}
+
+// redirectMax is the longest absolute redirect written, the kernel's
+// default (Linux: fs/overlayfs/params.c, the redirect_max parameter).
+const redirectMax = 256
+
+// redirectFor is the redirect directory c gets when it moves, before the
+// move (Linux: fs/overlayfs/dir.c ovl_get_redirect()): relative, its name,
+// when it stays in its parent; absolute otherwise, its path in the merged
+// view, where an ancestor's own redirect stands for its name and an
+// absolute one ends the path. Such a path is what a lookup through the
+// layers below the upper resolves to c's lower instances, as each of those
+// layers saw them. A path longer than redirectMax is EXDEV: mv copies.
+func (c *node) redirectFor(absolute bool) (string, syscall.Errno) {
+	if !absolute {
+		name, _ := c.parentNode()
+		return name, 0
 	}
-	return p.lowerPath() + "/" + name
+	var parts []string
+	for d := c; d != nil && !d.IsRoot(); {
+		d.mu.Lock()
+		r := d.redirect
+		d.mu.Unlock()
+		name, p := d.parentNode()
+		if r == "" {
+			r = name
+		}
+		parts = append(parts, r)
+		if r[0] == '/' {
+			break
+		}
+		d = p
+	}
+	slices.Reverse(parts)
+	path := strings.Join(parts, "/")
+	if !strings.HasPrefix(path, "/") {
+		path = "/" + path
+	}
+	if len(path) > redirectMax {
+		return "", syscall.EXDEV
+	}
+	return path, 0
 }
 
 var _ = (fs.NodeRenamer)((*node)(nil))
@@ -117,8 +178,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return syscall.EEXIST
 	}
 	exchange := flags&unix.RENAME_EXCHANGE != 0
+	// Prepared as a copy-up is: what the rename needs in the upper layer
+	// first (copy-ups, redirects, opaque marks), the marks recorded in
+	// undo; one renameat2 commits (upper.Rename); a failure before it
+	// takes the marks off again. Once committed, undo is empty.
+	var undo upper.Undo
+	defer undo.Run()
 	var dst *node
-	var dstRedirected bool
+	var dstMove move
 	if exchange {
 		if !dstExists {
 			return syscall.ENOENT
@@ -129,7 +196,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		}
 		dst = dstIn.Operations().(*node)
 		var e syscall.Errno
-		if dstRedirected, e = dst.prepareMove(ctx); e != 0 {
+		if dstMove, e = dst.prepareMove(ctx, n == np, &undo); e != 0 {
 			return e
 		}
 	} else if dstExists && dstE.IsDir() {
@@ -137,7 +204,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return errno(err)
 		}
 	}
-	redirected, e := src.prepareMove(ctx)
+	srcMove, e := src.prepareMove(ctx, n == np, &undo)
 	if e != 0 {
 		return e
 	}
@@ -155,7 +222,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	// directory opaque in any case (Linux: ovl_rename()), and so do we,
 	// so that both write the same upper layer.
 	opaque := false
-	if src.isDir() && !redirected {
+	if src.isDir() && !srcMove.lowers {
 		if opaque, err = np.landsOpaque(newName); err != nil {
 			return errno(err)
 		}
@@ -163,14 +230,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	var whiteout bool
 	over := upper.OverNothing
 	if exchange {
-		if dst.isDir() && !dstRedirected {
+		if dst.isDir() && !dstMove.lowers {
 			// The other way round, the same rule as for src above.
 			dopaque, err := n.landsOpaque(name)
 			if err != nil {
 				return errno(err)
 			}
 			if dopaque {
-				if err := n.ofs.upper.SetOpaque(dd, newName); err != nil {
+				if err := n.ofs.upper.MarkOpaque(dd, newName, &undo); err != nil {
 					return errno(err)
 				}
 			}
@@ -184,6 +251,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			if dstE.IsDir() {
 				// The target looks empty but its upper instance may
 				// hold whiteouts, which rename(2) would call content.
+				// Not undone: an empty opaque directory shows the
+				// same as the emptied one did (the kernel's
+				// ovl_clear_empty() does the same before its rename).
 				if err := n.ofs.upper.EmptyDir(dd, newName); err != nil {
 					return errno(err)
 				}
@@ -202,8 +272,13 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	unlock := lockNames(src, dst, replaced)
 	defer unlock()
-	if err := n.ofs.upper.Rename(sd, name, dd, newName, uint(flags), whiteout, over, opaque); err != nil {
+	ro := upper.RenameOptions{Flags: uint(flags), Whiteout: whiteout, Over: over, Opaque: opaque}
+	if err := n.ofs.upper.Rename(sd, name, dd, newName, ro, &undo); err != nil {
 		return errno(err)
+	}
+	srcMove.commit()
+	if dst != nil {
+		dstMove.commit()
 	}
 	src.moved(sd, name, dd, newName)
 	if dst != nil {

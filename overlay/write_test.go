@@ -347,8 +347,11 @@ func TestRenameLowerDirWithRedirect(t *testing.T) {
 		}
 	}
 	check("live", mnt)
-	if v, err := xattr.Get(up+"/moved", "trusted.overlay.redirect"); err != nil || string(v) != "/dir" {
-		t.Errorf("upper/moved redirect: %q %v, want /dir", v, err)
+	// As the kernel writes them (ovl_get_redirect()): the old name when
+	// the parent stays, else the path in the merged view before the move,
+	// with an ancestor's redirect standing for its name.
+	if v, err := xattr.Get(up+"/moved", "trusted.overlay.redirect"); err != nil || string(v) != "dir" {
+		t.Errorf("upper/moved redirect: %q %v, want dir", v, err)
 	}
 	if v, err := xattr.Get(up+"/deep/er/sub2", "trusted.overlay.redirect"); err != nil || string(v) != "/dir/sub" {
 		t.Errorf("upper/deep/er/sub2 redirect: %q %v, want /dir/sub", v, err)
@@ -594,4 +597,96 @@ func grepLines(s, sub, except string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// A redirect is written as the kernel writes it (ovl_set_redirect()): the
+// old name within one parent, whatever the path's length; an absolute path
+// longer than the kernel's redirect_max (256) is EXDEV, and mv copies. A
+// directory that has a redirect keeps it when it moves within its parent
+// and gets an absolute one, its own redirect standing for its name, when
+// it moves to another.
+func TestRenameRedirectFormat(t *testing.T) {
+	lo := t.TempDir()
+	long := strings.Repeat("l", 200)
+	write(t, lo+"/"+long+"/"+long+"/d/f", "f")
+	write(t, lo+"/p/d/f", "f")
+	if err := os.Mkdir(lo+"/q", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	up, work := t.TempDir(), t.TempDir()
+	mnt := mountT(t, Options{Lower: []string{lo}, Upper: up, Work: work})
+	redirect := func(rel string) string {
+		t.Helper()
+		v, err := xattr.Get(up+"/"+rel, "trusted.overlay.redirect")
+		if err != nil {
+			t.Fatalf("%s: %v", rel, err)
+		}
+		return string(v)
+	}
+	deep := long + "/" + long
+	if err := os.Rename(mnt+"/"+deep+"/d", mnt+"/"+deep+"/e"); err != nil {
+		t.Fatalf("rename within a deep parent: %v", err)
+	}
+	if r := redirect(deep + "/e"); r != "d" {
+		t.Errorf("redirect %q, want d", r)
+	}
+	if err := os.Rename(mnt+"/"+deep+"/e", mnt+"/q/e"); !errors.Is(err, syscall.EXDEV) {
+		t.Errorf("rename to another parent with a %d-byte path: %v, want EXDEV", len(deep)+3, err)
+	}
+	for _, step := range []struct{ from, to, want string }{
+		{"p/d", "p/d1", "d"},     // lower, same parent: its old name
+		{"p/d1", "p/d2", "d"},    // kept
+		{"p/d2", "q/d3", "/p/d"}, // another parent: absolute, from its own redirect
+		{"q/d3", "q/d4", "/p/d"}, // kept
+		{"q/d4", "p/d", "/p/d"},  // back where it was: still absolute
+	} {
+		if err := os.Rename(mnt+"/"+step.from, mnt+"/"+step.to); err != nil {
+			t.Fatalf("rename %s %s: %v", step.from, step.to, err)
+		}
+		if r := redirect(step.to); r != step.want {
+			t.Errorf("after rename %s %s: redirect %q, want %q", step.from, step.to, r, step.want)
+		}
+	}
+	if b, err := os.ReadFile(mnt + "/p/d/f"); err != nil || string(b) != "f" {
+		t.Errorf("p/d/f: %q %v", b, err)
+	}
+}
+
+// A rename that fails at its commit point (the upper's renameat2: here
+// the target directory is immutable, EPERM) leaves no redirect behind on
+// the directory it copied up, and the node does not take one either: the
+// rename that then succeeds writes the value a first rename would.
+func TestRenameFailureUndone(t *testing.T) {
+	if _, err := exec.LookPath("chattr"); err != nil {
+		t.Skip("no chattr")
+	}
+	lo := t.TempDir()
+	write(t, lo+"/p/d/f", "f")
+	write(t, lo+"/q/g", "g")
+	up, work := t.TempDir(), t.TempDir()
+	mnt := mountT(t, Options{Lower: []string{lo}, Upper: up, Work: work})
+	// q into the upper layer, then made immutable there.
+	write(t, mnt+"/q/new", "n")
+	if out, err := exec.Command("chattr", "+i", up+"/q").CombinedOutput(); err != nil {
+		t.Skipf("chattr +i: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("chattr", "-i", up+"/q").Run() })
+	if err := os.Rename(mnt+"/p/d", mnt+"/q/d"); !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("rename into an immutable upper dir: %v, want EPERM", err)
+	}
+	if v, err := xattr.Get(up+"/p/d", "trusted.overlay.redirect"); err == nil {
+		t.Errorf("upper p/d keeps the redirect %q of the failed rename", v)
+	}
+	if b, err := os.ReadFile(mnt + "/p/d/f"); err != nil || string(b) != "f" {
+		t.Errorf("p/d/f after the failed rename: %q %v", b, err)
+	}
+	if out, err := exec.Command("chattr", "-i", up+"/q").CombinedOutput(); err != nil {
+		t.Fatalf("chattr -i: %v %s", err, out)
+	}
+	if err := os.Rename(mnt+"/p/d", mnt+"/p/e"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := xattr.Get(up+"/p/e", "trusted.overlay.redirect"); err != nil || string(v) != "d" {
+		t.Errorf("upper p/e redirect: %q %v, want d", v, err)
+	}
 }

@@ -368,62 +368,6 @@ func (l *Layer) Whiteout(d *lower.Dir, name string) error {
 	return unix.Close(fd)
 }
 
-// Rename moves oname in the upper directory od to nname in nd (both
-// already in the upper layer), with the renameat2 flags of the caller.
-// whiteout leaves a whiteout at the old name (it exists in a lower layer);
-// over tells what holds the new name in nd; opaque marks a moved directory
-// opaque (it lands on a name a lower directory has).
-func (l *Layer) Rename(od *lower.Dir, oname string, nd *lower.Dir, nname string, flags uint, whiteout bool, over Over, opaque bool) error {
-	if opaque {
-		if err := l.SetOpaque(od, oname); err != nil {
-			return err
-		}
-	}
-	ofd, orelease, err := od.Pin()
-	if err != nil {
-		return err
-	}
-	defer orelease()
-	nfd, nrelease, err := nd.Pin()
-	if err != nil {
-		return err
-	}
-	defer nrelease()
-	if flags&unix.RENAME_EXCHANGE != 0 {
-		return unix.Renameat2(ofd, oname, nfd, nname, unix.RENAME_EXCHANGE)
-	}
-	if over == OverWhiteout {
-		// Swap with the whiteout: it lands at the old name, which is
-		// exactly right when that name needs a whiteout.
-		if err := unix.Renameat2(ofd, oname, nfd, nname, unix.RENAME_EXCHANGE); err != nil {
-			return err
-		}
-		if !whiteout {
-			return unix.Unlinkat(ofd, oname, 0)
-		}
-		return nil
-	}
-	rflags := flags & unix.RENAME_NOREPLACE
-	if whiteout && l.Whiteouts == KernelWhiteouts {
-		rflags |= unix.RENAME_WHITEOUT
-	}
-	err = unix.Renameat2(ofd, oname, nfd, nname, rflags)
-	if rflags&unix.RENAME_WHITEOUT != 0 && errors.Is(err, unix.EINVAL) {
-		rflags &^= unix.RENAME_WHITEOUT
-		err = unix.Renameat2(ofd, oname, nfd, nname, rflags)
-	}
-	if err != nil {
-		return err
-	}
-	if over == OverAUFSWhiteout {
-		unix.Unlinkat(nfd, lower.WhiteoutPrefix+nname, 0)
-	}
-	if whiteout && rflags&unix.RENAME_WHITEOUT == 0 {
-		return l.Whiteout(od, oname)
-	}
-	return nil
-}
-
 // EmptyDir replaces the upper directory name in d, which looks empty
 // through the mount but may hold whiteouts, with an empty opaque one, in
 // one step: an empty opaque directory is built in the workdir and
@@ -458,15 +402,6 @@ func (l *Layer) EmptyDir(d *lower.Dir, name string) error {
 		return err
 	}
 	return removeAll(l.Work, tmp)
-}
-
-// SetRedirect records on the upper directory d where its lower instances
-// are (the kernel's overlay.redirect format: an absolute path from the
-// root).
-func (l *Layer) SetRedirect(d *lower.Dir, path string) error {
-	return d.DoPath("", func(p string) error {
-		return xattr.Set(p, l.opts.XattrPrefix+"redirect", []byte(path))
-	})
 }
 
 // CreateTemp makes the regular file o in the workdir under a fresh name,

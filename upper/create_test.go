@@ -390,7 +390,7 @@ func TestRename(t *testing.T) {
 	t.Run("plain", func(t *testing.T) {
 		e, root, _ := setup(t)
 		writeFile(t, e.upper("a"), "A", 0o644)
-		if err := e.l.Rename(root, "a", root, "b", 0, false, OverNothing, false); err != nil {
+		if err := e.l.Rename(root, "a", root, "b", RenameOptions{}, &Undo{}); err != nil {
 			t.Fatal(err)
 		}
 		if exists(e.upper("a")) || readFile(t, e.upper("b")) != "A" {
@@ -402,7 +402,7 @@ func TestRename(t *testing.T) {
 		e, root, _ := setup(t)
 		writeFile(t, e.upper("a"), "A", 0o644)
 		writeFile(t, e.upper("b"), "B", 0o644)
-		if err := e.l.Rename(root, "a", root, "b", 0, false, OverNothing, false); err != nil {
+		if err := e.l.Rename(root, "a", root, "b", RenameOptions{}, &Undo{}); err != nil {
 			t.Fatal(err)
 		}
 		if exists(e.upper("a")) || readFile(t, e.upper("b")) != "A" {
@@ -412,7 +412,7 @@ func TestRename(t *testing.T) {
 	t.Run("across directories", func(t *testing.T) {
 		e, root, other := setup(t)
 		writeFile(t, e.upper("a"), "A", 0o644)
-		if err := e.l.Rename(root, "a", other, "b", 0, false, OverNothing, false); err != nil {
+		if err := e.l.Rename(root, "a", other, "b", RenameOptions{}, &Undo{}); err != nil {
 			t.Fatal(err)
 		}
 		if exists(e.upper("a")) || readFile(t, e.upper("other/b")) != "A" {
@@ -430,7 +430,7 @@ func TestRename(t *testing.T) {
 				e.l.Whiteouts = AUFSWhiteouts
 			}
 			writeFile(t, e.upper("a"), "A", 0o644)
-			if err := e.l.Rename(root, "a", other, "b", 0, true, OverNothing, false); err != nil {
+			if err := e.l.Rename(root, "a", other, "b", RenameOptions{Whiteout: true}, &Undo{}); err != nil {
 				t.Fatal(err)
 			}
 			if readFile(t, e.upper("other/b")) != "A" {
@@ -451,7 +451,7 @@ func TestRename(t *testing.T) {
 			e, root, other := setup(t)
 			writeFile(t, e.upper("a"), "A", 0o644)
 			mknod(t, e.upper("other/b"), unix.S_IFCHR, 0)
-			if err := e.l.Rename(root, "a", other, "b", 0, wh, OverWhiteout, false); err != nil {
+			if err := e.l.Rename(root, "a", other, "b", RenameOptions{Whiteout: wh, Over: OverWhiteout}, &Undo{}); err != nil {
 				t.Fatal(err)
 			}
 			if readFile(t, e.upper("other/b")) != "A" {
@@ -471,7 +471,7 @@ func TestRename(t *testing.T) {
 		e, root, _ := setup(t)
 		writeFile(t, e.upper("a"), "A", 0o644)
 		writeFile(t, e.upper(".wh.b"), "", 0o600)
-		if err := e.l.Rename(root, "a", root, "b", 0, false, OverAUFSWhiteout, false); err != nil {
+		if err := e.l.Rename(root, "a", root, "b", RenameOptions{Over: OverAUFSWhiteout}, &Undo{}); err != nil {
 			t.Fatal(err)
 		}
 		if readFile(t, e.upper("b")) != "A" || exists(e.upper(".wh.b")) || exists(e.upper("a")) {
@@ -482,7 +482,7 @@ func TestRename(t *testing.T) {
 		e, root, _ := setup(t)
 		writeFile(t, e.upper("a"), "A", 0o644)
 		writeFile(t, e.upper("b"), "B", 0o644)
-		err := e.l.Rename(root, "a", root, "b", unix.RENAME_NOREPLACE, true, OverNothing, false)
+		err := e.l.Rename(root, "a", root, "b", RenameOptions{Flags: unix.RENAME_NOREPLACE, Whiteout: true}, &Undo{})
 		if !errors.Is(err, unix.EEXIST) {
 			t.Errorf("error %v, want EEXIST", err)
 		}
@@ -495,7 +495,7 @@ func TestRename(t *testing.T) {
 		e, root, other := setup(t)
 		writeFile(t, e.upper("a"), "A", 0o644)
 		mkdir(t, e.upper("other/b"))
-		if err := e.l.Rename(root, "a", other, "b", unix.RENAME_EXCHANGE, false, OverNothing, false); err != nil {
+		if err := e.l.Rename(root, "a", other, "b", RenameOptions{Flags: unix.RENAME_EXCHANGE}, &Undo{}); err != nil {
 			t.Fatal(err)
 		}
 		if readFile(t, e.upper("other/b")) != "A" {
@@ -508,7 +508,7 @@ func TestRename(t *testing.T) {
 	t.Run("exchange with a missing name", func(t *testing.T) {
 		e, root, _ := setup(t)
 		writeFile(t, e.upper("a"), "A", 0o644)
-		if err := e.l.Rename(root, "a", root, "b", unix.RENAME_EXCHANGE, false, OverNothing, false); !errors.Is(err, unix.ENOENT) {
+		if err := e.l.Rename(root, "a", root, "b", RenameOptions{Flags: unix.RENAME_EXCHANGE}, &Undo{}); !errors.Is(err, unix.ENOENT) {
 			t.Errorf("error %v, want ENOENT", err)
 		}
 	})
@@ -516,7 +516,7 @@ func TestRename(t *testing.T) {
 		e, root, other := setup(t)
 		mkdir(t, e.upper("d"))
 		writeFile(t, e.upper("d/inside"), "", 0o644)
-		if err := e.l.Rename(root, "d", other, "e", 0, true, OverNothing, true); err != nil {
+		if err := e.l.Rename(root, "d", other, "e", RenameOptions{Whiteout: true, Opaque: true}, &Undo{}); err != nil {
 			t.Fatal(err)
 		}
 		xattrIs(t, e.upper("other/e"), lower.TrustedPrefix+"opaque", "y")
@@ -532,7 +532,7 @@ func TestRename(t *testing.T) {
 		e, root, _ := setup(t)
 		mkdir(t, e.upper("d"))
 		mknod(t, e.upper("e"), unix.S_IFCHR, 0)
-		if err := e.l.Rename(root, "d", root, "e", 0, false, OverWhiteout, true); err != nil {
+		if err := e.l.Rename(root, "d", root, "e", RenameOptions{Over: OverWhiteout, Opaque: true}, &Undo{}); err != nil {
 			t.Fatal(err)
 		}
 		xattrIs(t, e.upper("e"), lower.TrustedPrefix+"opaque", "y")
@@ -542,7 +542,7 @@ func TestRename(t *testing.T) {
 	})
 	t.Run("missing source", func(t *testing.T) {
 		e, root, _ := setup(t)
-		if err := e.l.Rename(root, "nope", root, "b", 0, true, OverNothing, false); !errors.Is(err, unix.ENOENT) {
+		if err := e.l.Rename(root, "nope", root, "b", RenameOptions{Whiteout: true}, &Undo{}); !errors.Is(err, unix.ENOENT) {
 			t.Errorf("error %v, want ENOENT", err)
 		}
 		if exists(e.upper("nope")) || exists(e.upper("b")) {
@@ -627,15 +627,25 @@ func TestSetRedirect(t *testing.T) {
 			e := newEnvOpts(t, Options{XattrPrefix: prefix})
 			mkdir(t, e.upper("d"))
 			d := e.upperDir(t, "d")
-			if err := e.l.SetRedirect(d, "/a/b"); err != nil {
+			var u1, u2 Undo
+			if err := e.l.SetRedirect(d, "/a/b", &u1); err != nil {
 				t.Fatal(err)
 			}
 			xattrIs(t, e.upper("d"), prefix+"redirect", "/a/b")
-			if err := e.l.SetRedirect(d, "/c"); err != nil {
+			if err := e.l.SetRedirect(d, "c", &u2); err != nil {
 				t.Fatal(err)
 			}
-			xattrIs(t, e.upper("d"), prefix+"redirect", "/c")
+			xattrIs(t, e.upper("d"), prefix+"redirect", "c")
 			noXattr(t, e.upperPath, prefix+"redirect")
+			// Undone in turn: the value before, then none.
+			if err := u2.Run(); err != nil {
+				t.Fatal(err)
+			}
+			xattrIs(t, e.upper("d"), prefix+"redirect", "/a/b")
+			if err := u1.Run(); err != nil {
+				t.Fatal(err)
+			}
+			noXattr(t, e.upper("d"), prefix+"redirect")
 		})
 	}
 }
@@ -688,7 +698,7 @@ func TestOperationsWithEvictedDirs(t *testing.T) {
 	}
 	unix.Close(fd)
 	evict()
-	if err := e.l.Rename(c, "f", b, "g", 0, true, OverNothing, false); err != nil {
+	if err := e.l.Rename(c, "f", b, "g", RenameOptions{Whiteout: true}, &Undo{}); err != nil {
 		t.Fatalf("Rename: %v", err)
 	}
 	evict()
@@ -793,4 +803,50 @@ func TestCreateFileLinkMethods(t *testing.T) {
 			e.wantWorkEmpty(t)
 		})
 	}
+}
+
+// A rename whose renameat2 fails takes off the marks made for it: the
+// opaque mark Rename makes, and what the caller recorded in the Undo (a
+// redirect); a directory that was opaque already stays so. A rename that
+// succeeds empties the Undo.
+func TestRenameUndo(t *testing.T) {
+	e := newEnv(t)
+	root := e.up.Root()
+	mkdir(t, e.upper("d"))
+	mkdir(t, e.upper("o"))
+	mkdir(t, e.upper("taken"))
+	writeFile(t, e.upper("taken/f"), "f", 0o644)
+	if err := e.l.SetOpaque(root, "o"); err != nil {
+		t.Fatal(err)
+	}
+	var u Undo
+	d := e.upperDir(t, "d")
+	if err := e.l.SetRedirect(d, "/x", &u); err != nil {
+		t.Fatal(err)
+	}
+	err := e.l.Rename(root, "d", root, "taken", RenameOptions{Flags: unix.RENAME_NOREPLACE, Opaque: true}, &u)
+	if !errors.Is(err, unix.EEXIST) {
+		t.Fatalf("rename onto taken: %v, want EEXIST", err)
+	}
+	noXattr(t, e.upper("d"), lower.TrustedPrefix+"redirect")
+	noXattr(t, e.upper("d"), lower.TrustedPrefix+"opaque")
+	if len(u.steps) != 0 {
+		t.Errorf("the undo still holds %d steps", len(u.steps))
+	}
+	if err := e.l.Rename(root, "o", root, "taken", RenameOptions{Flags: unix.RENAME_NOREPLACE, Opaque: true}, &u); !errors.Is(err, unix.EEXIST) {
+		t.Fatalf("rename onto taken: %v, want EEXIST", err)
+	}
+	xattrIs(t, e.upper("o"), lower.TrustedPrefix+"opaque", "y")
+	if err := e.l.SetRedirect(d, "/y", &u); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.l.Rename(root, "d", root, "e", RenameOptions{Opaque: true}, &u); err != nil {
+		t.Fatal(err)
+	}
+	if len(u.steps) != 0 {
+		t.Errorf("the undo holds %d steps after a rename that succeeded", len(u.steps))
+	}
+	xattrIs(t, e.upper("e"), lower.TrustedPrefix+"redirect", "/y")
+	xattrIs(t, e.upper("e"), lower.TrustedPrefix+"opaque", "y")
+	e.wantWorkEmpty(t)
 }

@@ -76,7 +76,7 @@ var optionTable = []optionInfo{
 	{"squash_to_uid", "UID", optSupported, "show every file as owned by UID; wins over squash_to_root (fuse-overlayfs)"},
 	{"squash_to_gid", "GID", optSupported, "show every file's group as GID; wins over squash_to_root (fuse-overlayfs)"},
 	{"xattr_permissions", "0|1|2", optSupported, `keep owners and modes in an xattr instead of for real: 0 (default) for real, 1 in "security.fuseoverlayfs.override_stat", 2 in "user.containers.override_stat" (containers/storage passes it with force_mask; fuse-overlayfs)`},
-	{"redirect_dir", "on|off|follow|nofollow", optSupported, "on (default): a directory with lower instances is renamed in place with an overlay.redirect xattr, as the kernel does with redirect_dir=on; off, follow, nofollow: such renames fail with EXDEV (mv falls back to copying). Redirects on disk are always followed"},
+	{"redirect_dir", "on|off|follow|nofollow", optSupported, "on (default): a directory with lower instances is renamed in place with an overlay.redirect xattr, written as the kernel writes it with redirect_dir=on (its old name when it stays in its parent, else its path in the merged view; over 256 bytes, the kernel's redirect_max, EXDEV); off, follow, nofollow: such renames fail with EXDEV (mv falls back to copying). Redirects on disk are always followed, layer by layer through any number of layers; a malformed one fails the lookup of its directory with EINVAL or EACCES, as on the kernel, and is logged"},
 
 	{"rw", "", optKernel, "default; dropped"},
 	{"nosuid", "", optKernel, "ignore set-user/group-ID bits; wins over suid"},

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -196,45 +195,7 @@ func layoutOf(t testing.TB, dir string) testutil.Tree {
 			n.Xattrs = nil
 		}
 	}
-	absRedirects(tr)
 	return tr
-}
-
-const redirectXattr = "trusted.overlay.redirect"
-
-// absRedirects rewrites every relative overlay.redirect of tr (a layout)
-// as the absolute path it stands for, the way a lookup resolves it: a
-// relative redirect is a name in the lower directory of its parent. The
-// kernel writes a relative one for a rename within one directory (the old
-// name), goverlay always an absolute one; both mean the same.
-func absRedirects(tr testutil.Tree) {
-	memo := map[string]string{}
-	var lowerPath func(p string) string
-	lowerPath = func(p string) string {
-		if p == "." {
-			return "/"
-		}
-		if lp, ok := memo[p]; ok {
-			return lp
-		}
-		lp := path.Join(lowerPath(path.Dir(p)), path.Base(p))
-		if n := tr[p]; n != nil {
-			if r, ok := n.Xattrs[redirectXattr]; ok {
-				if strings.HasPrefix(r, "/") {
-					lp = r
-				} else {
-					lp = path.Join(lowerPath(path.Dir(p)), r)
-				}
-			}
-		}
-		memo[p] = lp
-		return lp
-	}
-	for p, n := range tr {
-		if r, ok := n.Xattrs[redirectXattr]; ok && !strings.HasPrefix(r, "/") && p != "." {
-			n.Xattrs[redirectXattr] = lowerPath(p)
-		}
-	}
 }
 
 // xattrBlocks forgives, in k (a tree of the kernel's), the one extra

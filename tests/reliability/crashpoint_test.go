@@ -114,9 +114,13 @@ var crashPoints = []crashPoint{
 		ops:   []seqOp{opRename("D", "E"), opRename("E", "F")}, syscall: "setxattr", nth: 1,
 	},
 	{
-		name:  "dir-rename/after-the-second-redirect",
-		lower: func(l *testutil.Layer) { l.File("D/x", "x", 0o644).File("D/sub/y", "y", 0o600) },
-		ops:   []seqOp{opRename("D", "E"), opRename("E", "F")}, syscall: "setxattr", nth: 2,
+		name: "dir-rename/after-the-second-redirect",
+		// The second rename changes the parent: the relative
+		// redirect the first wrote ("D") is replaced by an absolute
+		// one. (Within one parent it would be kept, as the kernel's
+		// ovl_set_redirect() keeps it.)
+		lower: func(l *testutil.Layer) { l.File("D/x", "x", 0o644).File("D/sub/y", "y", 0o600).Dir("P", 0o755) },
+		ops:   []seqOp{opRename("D", "E"), opRename("E", "P/F")}, syscall: "setxattr", nth: 2,
 	},
 	{
 		// rename(2) onto an empty-looking merged directory: goverlay

@@ -94,13 +94,11 @@ func TestMalformedFormatLikeKernel(t *testing.T) {
 	reportDiff(t, "goverlay vs the kernel overlay on malformed metadata", diffTrees(normalize(gt, never), normalize(kt, never), "goverlay", "kernel"))
 }
 
-// TestMalformedFormat: metadata only goverlay reads (the AUFS format) or
-// that the kernel answers with an error (redirects with "..", "." or empty
-// components, a NUL, a path through a symlink). Every lookup must end,
-// list and stat agree, no ".wh." name is ever listed, and nothing outside
-// the layers shows: a redirect goverlay does not accept is no redirect
-// (the directory merges by name), one through a symlink merges nothing
-// below.
+// TestMalformedFormat: metadata only goverlay reads (the AUFS format), and
+// redirects through a symlink. Every lookup must end, list and stat agree,
+// no ".wh." name is ever listed, and nothing outside the layers shows: a
+// redirect through a symlink merges nothing below. (Malformed redirects:
+// TestMalformedRedirectLikeKernel.)
 //   - A ".wh.NAME" entry hides NAME below whatever its type: a directory
 //     ".wh.foo" hides foo as a file would. goverlay decides so (the kernel
 //     does not read the AUFS format at all).
@@ -116,19 +114,6 @@ func TestMalformedFormat(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bad := map[string]string{
-		"r-dotdot-rel":  "../../etc",
-		"r-dotdot-abs":  "/../x",
-		"r-dotdot-only": "/..",
-		"r-parent":      "..",
-		"r-dot":         "/./x",
-		"r-dot-rel":     ".",
-		"r-double":      "//x",
-		"r-trailing":    "/x/",
-		"r-empty":       "",
-		"r-nul":         "/x\x00/../..",
-		"r-long":        "/" + strings.Repeat("y", 4096),
-	}
 	s := newStackIn(t, base, 3, func(l []*testutil.Layer, _ *testutil.Layer) {
 		l[1].File("foo", "hidden by the directory .wh.foo above", 0o644)
 		l[0].Dir(".wh.foo", 0o755).File(".wh.foo/inside", "", 0o644)
@@ -137,18 +122,6 @@ func TestMalformedFormat(t *testing.T) {
 		l[0].File(".wh.", "", 0o644).File(".wh."+strings.Repeat("w", 251), "", 0o644)
 		l[1].File("bar", "visible: .wh.bar is in the same layer", 0o644).File(".wh.bar", "", 0o644)
 		l[2].File("x/m2", "", 0o644) // what "/../x" and "/./x" would reach inside the layers
-		for name, v := range bad {
-			for i := range 3 {
-				l[i].File(fmt.Sprintf("%s/m%d", name, i), "", 0o644)
-			}
-			p := l[0].P(name)
-			if err := unix.Lsetxattr(p, "trusted.overlay.redirect", []byte(v), 0); err != nil {
-				if !errors.Is(err, unix.ENOSPC) && !errors.Is(err, unix.E2BIG) && !errors.Is(err, unix.ERANGE) {
-					t.Fatalf("set redirect %q on %s: %v", v, name, err)
-				}
-				t.Logf("%s: the filesystem refuses a %d-byte value (%v): it tests nothing", name, len(v), err)
-			}
-		}
 		l[1].Symlink("lnk", outside)
 		l[0].File("r-symlink/m0", "", 0o644).Xattr("r-symlink", "trusted.overlay.redirect", "/lnk/sub")
 		l[2].File("r-symlink/m2", "", 0o644)
@@ -190,9 +163,6 @@ func TestMalformedFormat(t *testing.T) {
 				"r-symlink": "m0",
 				"r-dots":    "m0 m1",
 			}
-			for name := range bad {
-				want[name] = "m0 m1 m2" // no redirect: merged by name
-			}
 			for d, w := range want {
 				if got := names(d); got != w {
 					t.Errorf("%s lists %q, want %q", d, got, w)
@@ -208,9 +178,9 @@ func TestMalformedFormat(t *testing.T) {
 				t.Errorf("bar is hidden by a .wh.bar beside it, in its own layer")
 			}
 			if withUpper {
-				// Writes into the directories with unusable redirects:
-				// copy-up must not carry the redirect up, nor follow it.
-				for name := range bad {
+				// Writes into the redirected directories: copy-up
+				// must not carry a lower redirect up, nor follow it.
+				for _, name := range []string{"r-symlink", "r-dots"} {
 					if err := os.WriteFile(filepath.Join(m.Dir, name, "new"), []byte("new"), 0o644); err != nil {
 						t.Errorf("create in %s: %v", name, err)
 					}
@@ -231,5 +201,111 @@ func TestMalformedFormat(t *testing.T) {
 		if err != nil || len(ents) != 0 {
 			t.Errorf("%s changed: %v %v", d, ents, err)
 		}
+	}
+}
+
+// TestMalformedRedirectLikeKernel: redirects the kernel's format does not
+// allow, answered as the kernel overlay answers them on the same layers:
+// a lookup of the directory fails with EINVAL for a malformed value (empty,
+// an empty component, a relative value with a "/"; Linux:
+// ovl_get_redirect_xattr()) and EACCES for a "." or ".." it has to look up
+// (lookup_one_len()), while its parent still lists it; a NUL ends the
+// value; a redirect to a file merges nothing below; a malformed redirect
+// in the bottom layer is never read. goverlay logs the failed lookups.
+func TestMalformedRedirectLikeKernel(t *testing.T) {
+	testutil.RequireRoot(t)
+	t.Parallel()
+	bad := map[string]string{
+		"r-dotdot-rel":  "../../etc",
+		"r-dotdot-abs":  "/../x",
+		"r-dotdot-mid":  "/x/../x",
+		"r-dotdot-only": "/..",
+		"r-parent":      "..",
+		"r-dot":         "/./x",
+		"r-dot-rel":     ".",
+		"r-double":      "//d",
+		"r-subdir":      "d/sub",
+		"r-trailing":    "/x/",
+		"r-root":        "/",
+		"r-empty":       "",
+		"r-nul":         "/x\x00/../..",
+		"r-nul-first":   "\x00x",
+		"r-file":        "/f",
+		"r-missing":     "/nowhere/../x", // ".." never looked up: the walk ends before
+		"r-long":        "/" + strings.Repeat("y", 300),
+	}
+	build := func(l []*testutil.Layer, up *testutil.Layer) {
+		l[1].File("f", "a file", 0o644)
+		l[2].File("x/m2", "", 0o644)
+		l[1].File("d/sub/s1", "", 0o644)
+		for name, v := range bad {
+			for i := range 3 {
+				l[i].File(fmt.Sprintf("%s/m%d", name, i), "", 0o644)
+			}
+			if err := unix.Lsetxattr(l[0].P(name), "trusted.overlay.redirect", []byte(v), 0); err != nil {
+				t.Fatalf("set redirect %q on %s: %v", v, name, err)
+			}
+		}
+		// In the bottom layer, and in the middle of a chain.
+		l[2].File("bottom/m2", "", 0o644).Xattr("bottom", "trusted.overlay.redirect", "a//b")
+		l[0].File("chain/m0", "", 0o644).Xattr("chain", "trusted.overlay.redirect", "mid")
+		l[1].File("mid/m1", "", 0o644).Xattr("mid", "trusted.overlay.redirect", "x/")
+		// In the upper layer.
+		up.File("u-bad/mu", "", 0o644).Xattr("u-bad", "trusted.overlay.redirect", "//u")
+		up.File("u-dotdot/mu", "", 0o644).Xattr("u-dotdot", "trusted.overlay.redirect", "..")
+		l[0].File("u-bad/m0", "", 0o644).File("u-dotdot/m0", "", 0o644)
+	}
+	s := newStack(t, 3, build)
+	for _, withUpper := range []bool{false, true} {
+		t.Run(map[bool]string{false: "read-only", true: "with-upper"}[withUpper], func(t *testing.T) {
+			o := testutil.Options{Lower: s.lower}
+			kopts := []string{"redirect_dir=follow", "index=off", "metacopy=off", "xino=off"}
+			var kup, kwork string
+			if withUpper {
+				o.Upper, o.Work = s.upper, s.work
+				kup, kwork = s.upper, t.TempDir()
+				kopts[0] = "redirect_dir=on"
+			}
+			m := testutil.MountWith(t, o, testutil.MountConfig{})
+			var gt testutil.Tree
+			m.Watchdog(t, 60*time.Second, func() { gt = testutil.Snapshot(t, m.Dir) })
+			m.Unmount(t)
+			// Only the mounts' reads ran: the kernel may take the
+			// same upper now.
+			k := testutil.KernelOverlay(t, s.lower, kup, kwork, kopts...)
+			kt := testutil.Snapshot(t, k)
+			errOf := func(tr testutil.Tree, p string) string {
+				if n := tr[p]; n != nil {
+					return strings.Join(n.Errs, "; ")
+				}
+				return "absent"
+			}
+			// Claims on the kernel's view, so that the test tests what
+			// it says.
+			for p, want := range map[string]string{
+				"r-dotdot-abs": "listed but lstat: permission denied",
+				"r-parent":     "listed but lstat: permission denied",
+				"r-double":     "listed but lstat: invalid argument",
+				"r-subdir":     "listed but lstat: invalid argument",
+				"r-empty":      "listed but lstat: invalid argument",
+				"chain":        "listed but lstat: invalid argument",
+				"r-file/m0":    "",
+				"r-nul/m2":     "",
+				"r-missing/m0": "",
+				"bottom/m2":    "",
+			} {
+				if got := errOf(kt, p); got != want {
+					t.Fatalf("control: the kernel view has %s: %q, want %q\n%s", p, got, want, kt)
+				}
+			}
+			if withUpper && errOf(kt, "u-bad") != "listed but lstat: invalid argument" {
+				t.Fatalf("control: the kernel view has u-bad: %q", errOf(kt, "u-bad"))
+			}
+			reportDiff(t, "goverlay vs the kernel overlay on malformed redirects", diffTrees(normalize(gt, never), normalize(kt, never), "goverlay", "kernel"))
+			logged, _ := os.ReadFile(m.LogFile)
+			if !strings.Contains(string(logged), "invalid redirect") && !strings.Contains(string(logged), "refused") {
+				t.Errorf("no failed redirect in the log:\n%s", logged)
+			}
+		})
 	}
 }
