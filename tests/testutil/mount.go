@@ -131,8 +131,13 @@ func (m *Mounted) finish(t testing.TB, unmount, explicit bool) {
 	}
 	if m.proc != nil {
 		if !m.proc.Wait(DaemonExitTimeout) {
-			m.proc.Kill()
-			t.Errorf("daemon %d outlived its mount %s by %v: killed it", m.PID, m.Dir, DaemonExitTimeout)
+			threads := ThreadStates(m.PID)
+			// SIGQUIT: the Go runtime writes every goroutine's stack
+			// to the daemon's stderr, the --log file shown below.
+			if m.proc.Signal(unix.SIGQUIT) != nil || !m.proc.Wait(DaemonExitTimeout) {
+				m.proc.Kill()
+			}
+			t.Errorf("daemon %d outlived its mount %s by %v: killed it (SIGQUIT, its goroutines are in its log); its threads were:\n%s", m.PID, m.Dir, DaemonExitTimeout, threads)
 		} else if ok, known, desc := m.proc.Status(); !ok {
 			if known || explicit {
 				t.Errorf("daemon %d of %s: %s", m.PID, m.Dir, desc)
@@ -277,4 +282,28 @@ func Tmpfs(t testing.TB) string {
 		t.Fatalf("mount tmpfs: %v: %s", err, out)
 	}
 	return dir
+}
+
+// ThreadStates describes what each thread of process pid is doing: its
+// state, the kernel function it waits in and its kernel stack, for the
+// report of a daemon that does not exit.
+func ThreadStates(pid int) string {
+	var b strings.Builder
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+	for _, task := range tasks {
+		stat, _ := os.ReadFile(filepath.Join(task, "stat"))
+		wchan, _ := os.ReadFile(filepath.Join(task, "wchan"))
+		stack, _ := os.ReadFile(filepath.Join(task, "stack"))
+		st := string(stat)
+		if i := strings.LastIndexByte(st, ')'); i >= 0 && i+3 <= len(st) {
+			st = st[i+2 : i+3]
+		}
+		fmt.Fprintf(&b, "  %s %s %s\n", filepath.Base(task), st, wchan)
+		for _, l := range strings.Split(strings.TrimSpace(string(stack)), "\n") {
+			if l != "" {
+				fmt.Fprintf(&b, "      %s\n", l)
+			}
+		}
+	}
+	return b.String()
 }
