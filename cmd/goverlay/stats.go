@@ -52,7 +52,15 @@ func runStats(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(w, "privileges removed\tsuid %d, sgid %d, security.capability %d\n", s.KilledSuid, s.KilledSgid, s.KilledCaps)
 	fmt.Fprintf(w, "copy-ups\t%d\n", s.CopyUps)
 	fmt.Fprintf(w, "whiteouts\t%d\n", s.Whiteouts)
-	fmt.Fprintf(w, "opens\t%d passthrough, %d through goverlay\n", s.OpensPassthrough, s.OpensCached)
+	io := "through goverlay"
+	switch {
+	case s.Writeback:
+		io = "writeback cache"
+	case s.Passthrough:
+		io = "passthrough, granted by the kernel"
+	}
+	fmt.Fprintf(w, "writes\t%s (%s)\n", io, s.IOReason)
+	fmt.Fprintf(w, "opens\t%d passthrough (granted), %d through the page cache or goverlay\n", s.OpensPassthrough, s.OpensCached)
 	fmt.Fprintf(w, "lookups served\t%d, %d of them misses\n", s.Lookups, s.NegativeLookups)
 	fmt.Fprintf(w, "names settled in a layer\t%d from cached listings, %d asked of the layer\n", s.LayerAnswers, s.LayerProbes)
 	fmt.Fprintf(w, "directory listings\t%d read, %d entries cached\n", s.ListingsRead, s.ListingEntries)

@@ -258,14 +258,26 @@ func mountPair(t testing.TB, goOpts string, build func(l *testutil.Layer)) pair 
 func nosecOn(goOpts string) bool { return strings.Contains(goOpts, "nosec=on") }
 
 // passthroughOn says whether goOpts leave passthrough on.
-func passthroughOn(goOpts string) bool { return !strings.Contains(goOpts, "passthrough=off") }
+func passthroughOn(goOpts string) bool {
+	return !strings.Contains(goOpts, "passthrough=off") && !writebackOn(goOpts)
+}
 
-// combos are the four {nosec} × {passthrough} mount options.
+// writebackOn says whether goOpts give the writeback cache: asked for, or
+// the default where passthrough is off.
+func writebackOn(goOpts string) bool {
+	return strings.Contains(goOpts, "writeback=1") ||
+		strings.Contains(goOpts, "passthrough=off") && !strings.Contains(goOpts, "writeback=0")
+}
+
+// combos are the mount options of the matrix: {nosec on, off} × {the
+// write paths: passthrough, every write a request, the writeback cache}.
 var combos = []string{
 	"nosec=on,passthrough=on",
-	"nosec=on,passthrough=off",
+	"nosec=on,passthrough=off,writeback=0",
 	"nosec=off,passthrough=on",
-	"nosec=off,passthrough=off",
+	"nosec=off,passthrough=off,writeback=0",
+	"nosec=on,writeback=1",
+	"nosec=off,writeback=1",
 }
 
 // subtestName is goOpts as a subtest name: no "," or "=", which t.TempDir
@@ -280,5 +292,8 @@ func checkMountMode(t testing.TB, s testutil.Stats, goOpts string) {
 	t.Helper()
 	if s.NoSec != nosecOn(goOpts) {
 		t.Errorf("-o %s: goverlay stats says nosec=%v (%s)", goOpts, s.NoSec, s.NoSecReason)
+	}
+	if s.Writeback != writebackOn(goOpts) || s.Passthrough != passthroughOn(goOpts) {
+		t.Errorf("-o %s: goverlay stats says writeback cache %v, passthrough %v (%s)", goOpts, s.Writeback, s.Passthrough, s.IOReason)
 	}
 }

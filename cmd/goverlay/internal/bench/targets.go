@@ -43,7 +43,9 @@ var allTargets = []*targetDef{
 	{name: "fuse-overlayfs", kind: kindFuseOverlayfs, desc: "fuse-overlayfs, when installed"},
 	{name: "goverlay", kind: kindGoverlay, desc: "goverlay, nosec=inherit, passthrough on (the defaults)"},
 	{name: "goverlay-nosec-off", kind: kindGoverlay, opts: []string{"nosec=off"}, desc: "goverlay -o nosec=off"},
-	{name: "goverlay-nopassthrough", kind: kindGoverlay, opts: []string{"passthrough=off"}, desc: "goverlay -o passthrough=off"},
+	{name: "goverlay-nopassthrough", kind: kindGoverlay, opts: []string{"passthrough=off"}, desc: "goverlay -o passthrough=off (the writeback cache instead)"},
+	{name: "goverlay-writeback", kind: kindGoverlay, opts: []string{"writeback=1"}, desc: "goverlay -o writeback=1: the writeback cache, not passthrough"},
+	{name: "goverlay-writethrough", kind: kindGoverlay, opts: []string{"passthrough=off", "writeback=0"}, desc: "goverlay -o passthrough=off,writeback=0: every write a request"},
 	{name: "goverlay-nosec-off-nopassthrough", kind: kindGoverlay, opts: []string{"nosec=off", "passthrough=off"}, desc: "goverlay -o nosec=off,passthrough=off"},
 }
 
