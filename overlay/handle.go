@@ -107,11 +107,19 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if err != nil {
 		return 0, errno(err)
 	}
-	if h.n.ofs.raw.seen(ctx).flags&flagCacheWrite != 0 && h.n.hasCapability() {
-		n, err := mmapWrite(fd, data, off)
-		return uint32(max(n, 0)), errno(err)
+	var n int
+	if h.n.ofs.raw.seen(ctx).flags&flagCacheWrite == 0 {
+		n, err = unix.Pwrite(fd, data, off)
+	} else {
+		err = h.n.keepMtime(fd, func() (err error) {
+			if h.n.hasCapability() {
+				n, err = mmapWrite(fd, data, off)
+			} else {
+				n, err = unix.Pwrite(fd, data, off)
+			}
+			return err
+		})
 	}
-	n, err := unix.Pwrite(fd, data, off)
 	return uint32(max(n, 0)), errno(err)
 }
 
@@ -159,11 +167,19 @@ func (h *handle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, 
 	if err != nil {
 		return 0, errno(err)
 	}
-	if h.n.ofs.raw.seen(ctx).flags&flagCacheWrite != 0 && h.n.hasCapability() {
-		n, err := mmapWrite(fd, bytes.Join(data, nil), off)
-		return uint32(max(n, 0)), errno(err)
+	var n int
+	if h.n.ofs.raw.seen(ctx).flags&flagCacheWrite == 0 {
+		n, err = unix.Pwritev(fd, data, off)
+	} else {
+		err = h.n.keepMtime(fd, func() (err error) {
+			if h.n.hasCapability() {
+				n, err = mmapWrite(fd, bytes.Join(data, nil), off)
+			} else {
+				n, err = unix.Pwritev(fd, data, off)
+			}
+			return err
+		})
 	}
-	n, err := unix.Pwritev(fd, data, off)
 	return uint32(max(n, 0)), errno(err)
 }
 
@@ -236,7 +252,8 @@ func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uin
 	if err != nil {
 		return errno(err)
 	}
-	return errno(unix.Fallocate(fd, mode, int64(off), int64(size)))
+	// The kernel updates its own mtime, or none (FALLOC_FL_KEEP_SIZE).
+	return errno(h.n.keepMtime(fd, func() error { return unix.Fallocate(fd, mode, int64(off), int64(size)) }))
 }
 
 // stat is fstat of the open file.

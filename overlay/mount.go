@@ -94,11 +94,11 @@ type FS struct {
 	nosecWhy string
 	privs    privs.Counters
 	// io is the write data path: passthrough, writeback cache or
-	// neither (writeback.go), settled by New and Mount; passthrough is
-	// io.passthrough for the request handlers, which may run before
-	// Mount has probed what the kernel grants.
-	io          ioMode
-	passthrough atomic.Bool
+	// neither (writeback.go), settled by New and Mount; passthrough and
+	// writeback are io's for the request handlers, which may run before
+	// Mount has settled what the kernel grants.
+	io                     ioMode
+	passthrough, writeback atomic.Bool
 
 	// overrides is set when a layer keeps owners in an xattr (xperm.go).
 	overrides bool
@@ -169,6 +169,7 @@ func New(o Options) (*FS, error) {
 	f.log.Printf("NOSEC %s: %s", map[bool]string{true: "on", false: "off"}[f.nosec], f.nosecWhy)
 	f.io = decideIO(o, f.ReadOnly())
 	f.passthrough.Store(f.io.passthrough)
+	f.writeback.Store(f.io.writeback)
 	return f, nil
 }
 

@@ -172,7 +172,34 @@ func (f *FS) granted(srv *fuse.Server) {
 	if k := srv.KernelSettings(); k == nil || k.Flags64()&fuse.CAP_WRITEBACK_CACHE == 0 {
 		f.io.writeback = false
 		f.io.why += "; the kernel did not offer the writeback cache"
+		f.writeback.Store(false)
 	}
+}
+
+// keepMtime runs op, a change of fd's data the kernel asked for, and with
+// the writeback cache puts the upper file's mtime back as it was: the
+// kernel keeps a regular file's mtime itself and never takes it from an
+// attribute reply (fuse_get_cache_mask()), so a time the upper filesystem
+// gave the file would show only after a remount. The kernel sends its own
+// in a SETATTR (fuse_flush_times()), possibly before the WRITE of the
+// pages it wrote (the daemon serves requests in parallel); timesMu keeps
+// that SETATTR from falling between the fstat and the futimens here.
+func (n *node) keepMtime(fd int, op func() error) error {
+	if !n.ofs.writeback.Load() {
+		return op()
+	}
+	n.timesMu.Lock()
+	defer n.timesMu.Unlock()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	err := op()
+	ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, st.Mtim}
+	if terr := unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH); err == nil && terr != nil {
+		err = terr
+	}
+	return err
 }
 
 // probePassthrough registers a temporary file of dir as a backing file and
