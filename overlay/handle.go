@@ -112,7 +112,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		n, err = unix.Pwrite(fd, data, off)
 	} else {
 		err = h.n.keepMtime(fd, func() (err error) {
-			if h.n.hasCapability() {
+			if h.n.strippable(fd) {
 				n, err = mmapWrite(fd, data, off)
 			} else {
 				n, err = unix.Pwrite(fd, data, off)
@@ -123,22 +123,32 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	return uint32(max(n, 0)), errno(err)
 }
 
-// hasCapability reports whether regular file n carries security.capability.
-func (n *node) hasCapability() bool {
+// strippable reports whether a write by the daemon to fd, regular file n,
+// could make the upper filesystem remove privileges: n carries
+// security.capability (removed whoever writes), or suid or sgid (removed
+// when the daemon lacks CAP_FSETID in the initial user namespace, as it
+// does rootless).
+func (n *node) strippable(fd int) bool {
 	if n.nosec.Known() {
 		return false
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) == nil && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+		return true
 	}
 	par, name := n.location()
 	_, err := par.Getxattr(name, privs.CapabilityXattr)
 	return err == nil
 }
 
-// mmapWrite writes a page that the kernel writes back from a shared
-// mapping through a mapping of our own. A write(2) by the daemon would
-// make the upper filesystem remove security.capability (its
-// file_remove_privs() does not spare root), where a store through a mapping
-// removes nothing — which is what the kernel overlay, mapping the upper file
-// itself, does. Pages of a mapping lie within the file; anything else
+// mmapWrite writes a page that the kernel writes back from its cache (a
+// shared mapping's, or the writeback cache's) through a mapping of our own.
+// A write(2) by the daemon would make the upper filesystem remove
+// security.capability (its file_remove_privs() does not spare root), and
+// suid and sgid where the daemon lacks CAP_FSETID (rootless), where a store
+// through a mapping removes nothing — which is what the kernel overlay,
+// mapping the upper file itself, does. Privileges a write must remove were
+// removed when the kernel cached it (writeback.go). Pages of a mapping lie within the file; anything else
 // falls back to pwrite.
 func mmapWrite(fd int, data []byte, off int64) (int, error) {
 	var st unix.Stat_t
@@ -172,7 +182,7 @@ func (h *handle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, 
 		n, err = unix.Pwritev(fd, data, off)
 	} else {
 		err = h.n.keepMtime(fd, func() (err error) {
-			if h.n.hasCapability() {
+			if h.n.strippable(fd) {
 				n, err = mmapWrite(fd, bytes.Join(data, nil), off)
 			} else {
 				n, err = unix.Pwritev(fd, data, off)
