@@ -31,6 +31,9 @@ type bencher struct {
 	dcNative string
 	tracer   *fuseTracer
 
+	// rootless is what the rootless targets share (rootless.go).
+	rootless *rootlessEnv
+
 	targets   []*targetState
 	workloads []*workloadDef
 	results   map[[2]string]*Result // (workload, target)
@@ -236,7 +239,7 @@ func (b *bencher) round(round int) {
 			b.prog.describe(fmt.Sprintf("run %d/%d: %s on %s", round, b.cfg.Runs, w.name, ts.def.name))
 			r := b.results[[2]string{w.name, ts.def.name}]
 			unix.Sync() // fstime syncs before each phase; so do we, before each workload
-			s, err := w.run(b.ctx, inst, b)
+			s, err := inst.run(b.ctx, w, b)
 			b.prog.add()
 			if b.ctx.Err() != nil {
 				return // a partial sample is no sample
