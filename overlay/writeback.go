@@ -134,7 +134,11 @@ func kernelVersion(release string) (maj, min int, ok bool) {
 		return 0, 0, false
 	}
 	maj, err1 := strconv.Atoi(f[0])
-	min, err2 := strconv.Atoi(strings.TrimRightFunc(f[1], func(r rune) bool { return r < '0' || r > '9' }))
+	digits := f[1]
+	if i := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		digits = digits[:i]
+	}
+	min, err2 := strconv.Atoi(digits)
 	return maj, min, err1 == nil && err2 == nil
 }
 

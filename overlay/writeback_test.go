@@ -209,3 +209,36 @@ func TestWritebackMtime(t *testing.T) {
 		t.Errorf("mtime shown %d.%09d, upper file's %d.%09d", live.Mtim.Sec, live.Mtim.Nsec, disk.Mtim.Sec, disk.Mtim.Nsec)
 	}
 }
+
+// TestDecideIO: the write path each option combination asks for, here
+// (root in the initial namespace on 6.9+, where passthrough can be
+// granted) and the kernel version parsing behind the rule.
+func TestDecideIO(t *testing.T) {
+	if ok, why := passthroughGrantable(); !ok {
+		t.Skipf("passthrough cannot be granted here: %s", why)
+	}
+	for _, c := range []struct {
+		o        Options
+		readOnly bool
+		pt, wb   bool
+	}{
+		{Options{Passthrough: true}, false, true, false},
+		{Options{Passthrough: false}, false, false, true},
+		{Options{Passthrough: true, Writeback: WritebackOn}, false, false, true},
+		{Options{Passthrough: false, Writeback: WritebackOn}, false, false, true},
+		{Options{Passthrough: true, Writeback: WritebackOff}, false, true, false},
+		{Options{Passthrough: false, Writeback: WritebackOff}, false, false, false},
+		{Options{Passthrough: true, Writeback: WritebackOn}, true, false, false},
+	} {
+		got := decideIO(c.o, c.readOnly)
+		if got.passthrough != c.pt || got.writeback != c.wb || got.why == "" {
+			t.Errorf("passthrough %v, writeback %v, read-only %v: got passthrough %v, writeback %v (%s)",
+				c.o.Passthrough, c.o.Writeback, c.readOnly, got.passthrough, got.writeback, got.why)
+		}
+	}
+	for rel, want := range map[string][2]int{"6.18.44-fc-v669": {6, 18}, "6.9.0": {6, 9}, "5.15.0-91-generic": {5, 15}, "6.10rc1": {6, 10}} {
+		if maj, min, ok := kernelVersion(rel); !ok || maj != want[0] || min != want[1] {
+			t.Errorf("kernelVersion(%q) = %d.%d %v", rel, maj, min, ok)
+		}
+	}
+}
