@@ -219,15 +219,15 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 //   - FOPEN_NOFLUSH: no FLUSH request at each close(2), one round trip
 //     less per open file. FLUSH would carry nothing: this daemon buffers
 //     nothing (Flush is empty), POSIX locks stay in the kernel (locks are
-//     not negotiated), and without the writeback cache (never negotiated:
-//     it excludes passthrough) the kernel has no dirty pages to write
-//     back at close — writes are sent through, and the pages of a shared
-//     writable mapping are written when it is unmapped (fuse_vma_close())
-//     or by periodic writeback, no longer also at a close(2) of a
-//     descriptor while the mapping lives on (a passthrough handle maps the
-//     upper file itself).
+//     not negotiated), and without the writeback cache the kernel has no
+//     dirty pages to write back at close — writes are sent through, and
+//     the pages of a shared writable mapping are written when it is
+//     unmapped (fuse_vma_close()) or by periodic writeback, no longer also
+//     at a close(2) of a descriptor while the mapping lives on (a
+//     passthrough handle maps the upper file itself).
 //     The kernel honours the flag only without the writeback cache
-//     (fuse_flush()); the passthrough mask allows it.
+//     (fuse_flush()): with it (writeback.go), every close(2) writes the
+//     dirty pages back and sends FLUSH. The passthrough mask allows it.
 const handleOpenFlags = fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH
 
 // Flush is called on each close(2) of a descriptor, unless the open said
