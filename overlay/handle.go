@@ -230,9 +230,12 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 //     dirty pages back and sends FLUSH. The passthrough mask allows it.
 const handleOpenFlags = fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH
 
-// Flush is called on each close(2) of a descriptor, unless the open said
-// FOPEN_NOFLUSH (handleOpenFlags); nothing is buffered here.
-func (h *handle) Flush(ctx context.Context) syscall.Errno { return 0 }
+// Flush is called on a close(2) of a descriptor when the open's
+// FOPEN_NOFLUSH (handleOpenFlags) is not honoured: with the writeback cache.
+// Nothing is buffered here and no lock is kept, so it answers ENOSYS, after
+// which the kernel sends no FLUSH on this mount again (fuse_flush() sets
+// no_flush; it still writes the dirty pages back at every close).
+func (h *handle) Flush(ctx context.Context) syscall.Errno { return syscall.ENOSYS }
 
 // Fsync syncs the file (its data only when flags has FUSE_FSYNC_FDATASYNC).
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
