@@ -46,6 +46,7 @@ package overlay
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -164,7 +165,7 @@ func hasCapSysAdmin() bool {
 // or without CONFIG_FUSE_PASSTHROUGH). Opens then do not ask in vain.
 func (f *FS) granted(srv *fuse.Server) {
 	if f.io.passthrough {
-		if err := probePassthrough(srv, f.opts.Work); err != nil {
+		if err := probePassthrough(srv, f.opts.Work); err != nil && !errors.Is(err, errNoProbe) {
 			f.io.passthrough = false
 			f.passthrough.Store(false)
 			f.io.why += "; but the kernel refused a backing file (" + err.Error() + "): writes go through goverlay; writeback=1 would cache them"
@@ -206,12 +207,17 @@ func (n *node) keepMtime(fd int, op func() error) error {
 	return err
 }
 
+// errNoProbe: the workdir cannot make a temporary file to probe with.
+var errNoProbe = errors.New("no temporary file to probe with")
+
 // probePassthrough registers a temporary file of dir as a backing file and
 // unregisters it.
 func probePassthrough(srv *fuse.Server, dir string) error {
 	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return fmt.Errorf("no temporary file to probe with: %w", err)
+		// Without one, opens still ask, and the stats say what
+		// they got.
+		return errNoProbe
 	}
 	defer unix.Close(fd)
 	id, errno := srv.RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd)})

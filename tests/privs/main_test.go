@@ -7,7 +7,9 @@
 // (sections A, B.2, B.3): with -o nosec=on goverlay negotiates
 // FUSE_HANDLE_KILLPRIV_V2 and clears privileges itself on the kernel's
 // kill flags; with -o nosec=off the kernel clears them through SETATTR and
-// REMOVEXATTR.
+// REMOVEXATTR. Each runs with passthrough, with every write a request and
+// with the kernel's writeback cache, as root and rootless (both overlays
+// mounted by an unprivileged user in its own user namespace).
 package privs_test
 
 import (

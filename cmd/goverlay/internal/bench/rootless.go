@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -169,8 +170,27 @@ type agent struct {
 	cmd   *exec.Cmd
 	in    io.WriteCloser
 	out   *bufio.Reader
-	errb  *strings.Builder
+	errb  *lockedBuffer
 	ended chan error
+}
+
+// lockedBuffer is the agent's stderr, written by exec's copier while the
+// bench reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // run has the agent run workload w.
@@ -248,7 +268,7 @@ func (t *targetDef) setupRootless(ctx context.Context, b *bencher, dir string, c
 	// closes the agent's stdin so that it unmounts.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Dir = "/"
-	a := &agent{cmd: cmd, errb: &strings.Builder{}, ended: make(chan error, 1)}
+	a := &agent{cmd: cmd, errb: &lockedBuffer{}, ended: make(chan error, 1)}
 	cmd.Stderr = a.errb
 	if a.in, err = cmd.StdinPipe(); err != nil {
 		return nil, err
