@@ -166,7 +166,6 @@ func New(o Options) (*FS, error) {
 		// them itself, through SETATTR, when NOSEC is off.
 		f.nosec, f.nosecWhy = false, "xattr_permissions keeps modes in an xattr; the kernel removes privileges through SETATTR"
 	}
-	f.log.Printf("NOSEC %s: %s", map[bool]string{true: "on", false: "off"}[f.nosec], f.nosecWhy)
 	f.io = decideIO(o, f.ReadOnly())
 	f.passthrough.Store(f.io.passthrough)
 	f.writeback.Store(f.io.writeback)
@@ -205,7 +204,8 @@ func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 		return nil, err
 	}
 	f.granted(srv)
-	f.log.Print(f.ioSummary())
+	// One notice per mount: the two decisions that shape every write.
+	f.log.Printf("NOSEC %s: %s; %s", map[bool]string{true: "on", false: "off"}[f.nosec], f.nosecWhy, f.ioSummary())
 	if f.statsL, err = f.serveStats(mountpoint, os.Getpid()); err != nil {
 		// The mount works without it; `goverlay stats` will say so.
 		f.log.Printf("%v", err)

@@ -100,7 +100,7 @@ func decideIO(o Options, readOnly bool) ioMode {
 	if ok, why := passthroughGrantable(); !ok {
 		return ioMode{writeback: true, why: "passthrough will not be granted: " + why}
 	}
-	return ioMode{passthrough: true, why: "passthrough can be granted"}
+	return ioMode{passthrough: true, why: "the default where the kernel grants it"}
 }
 
 // passthroughGrantable reports whether the kernel would register backing
