@@ -107,7 +107,7 @@ func decideIO(o Options, readOnly bool) ioMode {
 // files for this process: Linux 6.9 or later, and CAP_SYS_ADMIN in the
 // initial user namespace (fuse_backing_open()). A kernel built without
 // CONFIG_FUSE_PASSTHROUGH still refuses; the mount then reports that no
-// open got passthrough (Stats.PassthroughGranted).
+// open got passthrough (Stats.OpensPassthrough).
 func passthroughGrantable() (bool, string) {
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
