@@ -95,7 +95,15 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			return errno(err)
 		}
 	}
-	if err := setTimes(d, name, in); err != nil {
+	if n.ofs.writeback.Load() {
+		// Not between keepMtime's fstat and futimens.
+		n.timesMu.Lock()
+		err = setTimes(d, name, in)
+		n.timesMu.Unlock()
+	} else {
+		err = setTimes(d, name, in)
+	}
+	if err != nil {
 		return errno(err)
 	}
 	var st unix.Stat_t

@@ -114,30 +114,48 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if err != nil {
 		return 0, errno(err)
 	}
-	if h.n.ofs.raw.seen(ctx).flags&flagCacheWrite != 0 && h.n.hasCapability() {
-		n, err := mmapWrite(fd, data, off)
-		return uint32(max(n, 0)), errno(err)
+	var n int
+	if h.n.ofs.raw.seen(ctx).flags&flagCacheWrite == 0 {
+		n, err = unix.Pwrite(fd, data, off)
+	} else {
+		err = h.n.keepMtime(fd, func() (err error) {
+			if h.n.strippable(fd) {
+				n, err = mmapWrite(fd, data, off)
+			} else {
+				n, err = unix.Pwrite(fd, data, off)
+			}
+			return err
+		})
 	}
-	n, err := unix.Pwrite(fd, data, off)
 	return uint32(max(n, 0)), errno(err)
 }
 
-// hasCapability reports whether regular file n carries security.capability.
-func (n *node) hasCapability() bool {
+// strippable reports whether a write by the daemon to fd, regular file n,
+// could make the upper filesystem remove privileges: n carries
+// security.capability (removed whoever writes), or suid or sgid (removed
+// when the daemon lacks CAP_FSETID in the initial user namespace, as it
+// does rootless).
+func (n *node) strippable(fd int) bool {
 	if n.nosec.Known() {
 		return false
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) == nil && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+		return true
 	}
 	par, name := n.location()
 	_, err := par.Getxattr(name, privs.CapabilityXattr)
 	return err == nil
 }
 
-// mmapWrite writes a page that the kernel writes back from a shared
-// mapping through a mapping of our own. A write(2) by the daemon would
-// make the upper filesystem remove security.capability (its
-// file_remove_privs() does not spare root), where a store through a mapping
-// removes nothing — which is what the kernel overlay, mapping the upper file
-// itself, does. Pages of a mapping lie within the file; anything else
+// mmapWrite writes a page that the kernel writes back from its cache (a
+// shared mapping's, or the writeback cache's) through a mapping of our own.
+// A write(2) by the daemon would make the upper filesystem remove
+// security.capability (its file_remove_privs() does not spare root), and
+// suid and sgid where the daemon lacks CAP_FSETID (rootless), where a store
+// through a mapping removes nothing — which is what the kernel overlay,
+// mapping the upper file itself, does. Privileges a write must remove were
+// removed when the kernel cached it (writeback.go). Pages of a mapping lie within the file; anything else
 // falls back to pwrite.
 func mmapWrite(fd int, data []byte, off int64) (int, error) {
 	var st unix.Stat_t
@@ -163,11 +181,19 @@ func (h *handle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, 
 	if err != nil {
 		return 0, errno(err)
 	}
-	if h.n.ofs.raw.seen(ctx).flags&flagCacheWrite != 0 && h.n.hasCapability() {
-		n, err := mmapWrite(fd, bytes.Join(data, nil), off)
-		return uint32(max(n, 0)), errno(err)
+	var n int
+	if h.n.ofs.raw.seen(ctx).flags&flagCacheWrite == 0 {
+		n, err = unix.Pwritev(fd, data, off)
+	} else {
+		err = h.n.keepMtime(fd, func() (err error) {
+			if h.n.strippable(fd) {
+				n, err = mmapWrite(fd, bytes.Join(data, nil), off)
+			} else {
+				n, err = unix.Pwritev(fd, data, off)
+			}
+			return err
+		})
 	}
-	n, err := unix.Pwritev(fd, data, off)
 	return uint32(max(n, 0)), errno(err)
 }
 
@@ -197,20 +223,23 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 //   - FOPEN_NOFLUSH: no FLUSH request at each close(2), one round trip
 //     less per open file. FLUSH would carry nothing: this daemon buffers
 //     nothing (Flush is empty), POSIX locks stay in the kernel (locks are
-//     not negotiated), and without the writeback cache (never negotiated:
-//     it excludes passthrough) the kernel has no dirty pages to write
-//     back at close — writes are sent through, and the pages of a shared
-//     writable mapping are written when it is unmapped (fuse_vma_close())
-//     or by periodic writeback, no longer also at a close(2) of a
-//     descriptor while the mapping lives on (a passthrough handle maps the
-//     upper file itself).
+//     not negotiated), and without the writeback cache the kernel has no
+//     dirty pages to write back at close — writes are sent through, and
+//     the pages of a shared writable mapping are written when it is
+//     unmapped (fuse_vma_close()) or by periodic writeback, no longer also
+//     at a close(2) of a descriptor while the mapping lives on (a
+//     passthrough handle maps the upper file itself).
 //     The kernel honours the flag only without the writeback cache
-//     (fuse_flush()); the passthrough mask allows it.
+//     (fuse_flush()): with it (writeback.go), every close(2) writes the
+//     dirty pages back and sends FLUSH. The passthrough mask allows it.
 const handleOpenFlags = fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH
 
-// Flush is called on each close(2) of a descriptor, unless the open said
-// FOPEN_NOFLUSH (handleOpenFlags); nothing is buffered here.
-func (h *handle) Flush(ctx context.Context) syscall.Errno { return 0 }
+// Flush is called on a close(2) of a descriptor when the open's
+// FOPEN_NOFLUSH (handleOpenFlags) is not honoured: with the writeback cache.
+// Nothing is buffered here and no lock is kept, so it answers ENOSYS, after
+// which the kernel sends no FLUSH on this mount again (fuse_flush() sets
+// no_flush; it still writes the dirty pages back at every close).
+func (h *handle) Flush(ctx context.Context) syscall.Errno { return syscall.ENOSYS }
 
 // Fsync syncs the file (its data only when flags has FUSE_FSYNC_FDATASYNC).
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
@@ -240,7 +269,8 @@ func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uin
 	if err != nil {
 		return errno(err)
 	}
-	return errno(unix.Fallocate(fd, mode, int64(off), int64(size)))
+	// The kernel updates its own mtime, or none (FALLOC_FL_KEEP_SIZE).
+	return errno(h.n.keepMtime(fd, func() error { return unix.Fallocate(fd, mode, int64(off), int64(size)) }))
 }
 
 // stat is fstat of the open file.

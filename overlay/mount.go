@@ -40,6 +40,9 @@ type Options struct {
 	// Passthrough lets the kernel read and write upper files directly
 	// (Linux 6.9+, root); see passthrough.go.
 	Passthrough bool
+	// Writeback is the -o writeback= setting: the kernel's writeback
+	// cache, by default where passthrough is not granted (writeback.go).
+	Writeback WritebackMode
 	// NoACL turns off POSIX ACL enforcement (-o noacl).
 	NoACL bool
 	// StaticNlink reports a link count of 1 for every directory, which
@@ -95,6 +98,12 @@ type FS struct {
 	nosec    bool
 	nosecWhy string
 	privs    privs.Counters
+	// io is the write data path: passthrough, writeback cache or
+	// neither (writeback.go), settled by New and Mount; passthrough and
+	// writeback are io's for the request handlers, which may run before
+	// Mount has settled what the kernel grants.
+	io                     ioMode
+	passthrough, writeback atomic.Bool
 
 	// overrides is set when a layer keeps owners in an xattr (xperm.go).
 	overrides bool
@@ -173,9 +182,9 @@ func New(o Options) (*FS, error) {
 		// them itself, through SETATTR, when NOSEC is off.
 		f.nosec, f.nosecWhy = false, "xattr_permissions keeps modes in an xattr; the kernel removes privileges through SETATTR"
 	}
-	if o.Verbose || o.Debug {
-		f.log.Printf("NOSEC %s: %s", map[bool]string{true: "on", false: "off"}[f.nosec], f.nosecWhy)
-	}
+	f.io = decideIO(o, f.ReadOnly())
+	f.passthrough.Store(f.io.passthrough)
+	f.writeback.Store(f.io.writeback)
 	return f, nil
 }
 
@@ -202,7 +211,7 @@ func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 	errLog.Store(f.log)
 	root := f.newRoot()
 	opts := f.fsOptions()
-	f.raw = &rawFS{RawFileSystem: fs.NewNodeFS(root, opts)}
+	f.raw = &rawFS{RawFileSystem: fs.NewNodeFS(root, opts), stats: &f.stats}
 	srv, err := fuse.NewServer(f.raw, mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, err
@@ -212,6 +221,12 @@ func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 	if err := srv.WaitMount(); err != nil {
 		srv.Unmount()
 		return nil, err
+	}
+	f.granted(srv)
+	// One notice per mount, with -d or --log: the two decisions that
+	// shape every write (goverlay stats shows them always).
+	if f.opts.Verbose || f.opts.Debug {
+		f.log.Printf("NOSEC %s: %s; %s", map[bool]string{true: "on", false: "off"}[f.nosec], f.nosecWhy, f.ioSummary())
 	}
 	if f.statsL, err = f.serveStats(mountpoint, os.Getpid()); err != nil {
 		// The mount works without it; `goverlay stats` will say so.
@@ -314,7 +329,12 @@ func (f *FS) fsOptions() *fs.Options {
 		// O_TRUNC does away with, and nobody would.
 		mo.ExtraCapabilities |= fuse.CAP_ATOMIC_O_TRUNC
 	}
-	if !f.opts.Passthrough {
+	if f.io.writeback {
+		// write(2) fills the page cache and returns (writeback.go);
+		// the kernel then offers no passthrough.
+		mo.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE
+	}
+	if !f.io.passthrough {
 		mo.DisabledCapabilities |= fuse.CAP_PASSTHROUGH
 	}
 	return o

@@ -32,6 +32,8 @@ type node struct {
 	// copyMu serialises the copy-up of this node. The locks of a node,
 	// and their order, are described in doc.go.
 	copyMu sync.Mutex
+	// timesMu serialises setting a file's times with keepMtime.
+	timesMu sync.Mutex
 	// locMu is held for reading while a name of the node is used for a
 	// syscall, and for writing while a rename or unlink changes its
 	// names, so no syscall meets a name half moved.

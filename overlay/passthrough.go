@@ -32,7 +32,7 @@ func (n *node) openMode(upper, write bool) (passthrough bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	switch {
-	case !upper || !n.ofs.opts.Passthrough:
+	case !upper || !n.ofs.passthrough.Load():
 	case write:
 		passthrough = n.openCached == 0
 	default:
@@ -40,10 +40,8 @@ func (n *node) openMode(upper, write bool) (passthrough bool) {
 	}
 	if passthrough {
 		n.openPassthrough++
-		n.ofs.stats.opensPassthrough.Add(1)
 	} else {
 		n.openCached++
-		n.ofs.stats.opensCached.Add(1)
 	}
 	return passthrough
 }

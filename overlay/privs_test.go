@@ -54,22 +54,32 @@ func modeOf(t *testing.T, path string) uint32 {
 	return st.Mode & 07777
 }
 
-// matrix is {nosec on, off} × {passthrough on, off}.
+// matrix is {nosec on, off} × {write-through, passthrough, writeback
+// cache}.
 var matrix = []struct {
 	name        string
 	mode        NoSecMode
 	passthrough bool
+	writeback   WritebackMode
 }{
-	{"nosec-on", NoSecOn, false},
-	{"nosec-on+passthrough", NoSecOn, true},
-	{"nosec-off", NoSecOff, false},
-	{"nosec-off+passthrough", NoSecOff, true},
+	{"nosec-on", NoSecOn, false, WritebackOff},
+	{"nosec-on+passthrough", NoSecOn, true, WritebackOff},
+	{"nosec-off", NoSecOff, false, WritebackOff},
+	{"nosec-off+passthrough", NoSecOff, true, WritebackOff},
+	{"nosec-on+writeback", NoSecOn, false, WritebackOn},
+	{"nosec-off+writeback", NoSecOff, false, WritebackOn},
 }
 
+// nosecMount mounts lowers with write-through or passthrough.
 func nosecMount(t *testing.T, mode NoSecMode, passthrough bool, lowers ...string) (mnt, up string, f *FS) {
 	t.Helper()
+	return nosecMountW(t, mode, passthrough, WritebackOff, lowers...)
+}
+
+func nosecMountW(t *testing.T, mode NoSecMode, passthrough bool, wb WritebackMode, lowers ...string) (mnt, up string, f *FS) {
+	t.Helper()
 	up, work := openDir(t), openDir(t)
-	o := Options{Lower: lowers, Upper: up, Work: work, NoSec: mode, Passthrough: passthrough, AllowOther: true}
+	o := Options{Lower: lowers, Upper: up, Work: work, NoSec: mode, Passthrough: passthrough, Writeback: wb, AllowOther: true}
 	mnt, f = mountFS(t, o)
 	return mnt, up, f
 }
@@ -84,7 +94,7 @@ func TestKillPrivsOnWrite(t *testing.T) {
 				write(t, lo+"/"+name, "data")
 				os.Chmod(lo+"/"+name, os.FileMode(m&0o777)|modeBits(m))
 			}
-			mnt, up, f := nosecMount(t, m.mode, m.passthrough, lo)
+			mnt, up, f := nosecMountW(t, m.mode, m.passthrough, m.writeback, lo)
 			run(t, asNobody, "echo x >> "+mnt+"/suid")
 			run(t, noFsetid, "echo x >> "+mnt+"/sgidx")
 			run(t, asNobody, "echo x >> "+mnt+"/sgid")
@@ -96,6 +106,9 @@ func TestKillPrivsOnWrite(t *testing.T) {
 			}
 			if got := f.stats.opensPassthrough.Load() > 0; got != m.passthrough {
 				t.Errorf("passthrough opens: %v, want %v", got, m.passthrough)
+			}
+			if got, want := f.io.writeback, m.writeback == WritebackOn; got != want {
+				t.Errorf("writeback cache: %v, want %v (%s)", got, want, f.io.why)
 			}
 		})
 	}

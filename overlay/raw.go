@@ -18,6 +18,8 @@ import (
 // Both are go-fuse internals, not its API: raw_test.go pins them.
 type rawFS struct {
 	fuse.RawFileSystem
+	// stats counts opens by the I/O mode the kernel was given.
+	stats *stats
 	marks sync.Map // <-chan struct{} → reqMark
 	// releasing holds, for each RELEASE in flight, what its handle left
 	// to run once go-fuse is done with the file (afterRelease).
@@ -79,12 +81,30 @@ func (r *rawFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) 
 
 func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	defer r.mark(cancel, reqMark{flags: killFlag(in.Mode&fuse.OPEN_KILL_SUIDGID != 0)})()
-	return r.RawFileSystem.Open(cancel, in, out)
+	st := r.RawFileSystem.Open(cancel, in, out)
+	r.opened(st, out)
+	return st
 }
 
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	defer r.mark(cancel, reqMark{flags: killFlag(in.OpenFlags&fuse.OPEN_KILL_SUIDGID != 0), umask: in.Umask})()
-	return r.RawFileSystem.Create(cancel, in, name, out)
+	st := r.RawFileSystem.Create(cancel, in, name, out)
+	r.opened(st, &out.OpenOut)
+	return st
+}
+
+// opened counts a regular file's open by the I/O mode the reply gives it:
+// passthrough only where go-fuse registered the backing file with the
+// kernel (it drops FOPEN_PASSTHROUGH when the kernel refuses).
+func (r *rawFS) opened(st fuse.Status, out *fuse.OpenOut) {
+	if !st.Ok() || r.stats == nil {
+		return
+	}
+	if out.OpenFlags&fuse.FOPEN_PASSTHROUGH != 0 {
+		r.stats.opensPassthrough.Add(1)
+	} else {
+		r.stats.opensCached.Add(1)
+	}
 }
 
 func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
@@ -100,7 +120,9 @@ func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out
 // Tmpfile: O_TMPFILE carries a umask as CREATE does.
 func (r *rawFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
 	defer r.mark(cancel, reqMark{umask: in.Umask})()
-	return r.RawFileSystem.Tmpfile(cancel, in, out)
+	st := r.RawFileSystem.Tmpfile(cancel, in, out)
+	r.opened(st, &out.OpenOut)
+	return st
 }
 
 // seen returns what rawFS saw on the request of ctx.

@@ -35,9 +35,15 @@ type Stats struct {
 
 	CopyUps   uint64 `json:"copy_ups"`
 	Whiteouts uint64 `json:"whiteouts"`
+	// Writeback says the kernel's writeback cache is on, Passthrough that
+	// the kernel registers backing files for this mount, IOReason why
+	// (writeback.go).
+	Writeback   bool   `json:"writeback_cache"`
+	Passthrough bool   `json:"passthrough"`
+	IOReason    string `json:"io_reason"`
 	// OpensPassthrough and OpensCached count file opens by the I/O mode
-	// they were offered: passthrough, or through the daemon (with the
-	// kernel's page cache).
+	// the kernel got: passthrough only where the reply carried a
+	// registered backing file.
 	OpensPassthrough uint64 `json:"opens_passthrough"`
 	OpensCached      uint64 `json:"opens_through_goverlay"`
 
@@ -77,6 +83,9 @@ func (f *FS) Stats() Stats {
 		KilledSuid:        p.KilledSuid.Load(),
 		KilledSgid:        p.KilledSgid.Load(),
 		KilledCaps:        p.KilledCaps.Load(),
+		Writeback:         f.io.writeback,
+		Passthrough:       f.passthrough.Load(),
+		IOReason:          f.io.why,
 		CopyUps:           f.stats.copyUps.Load(),
 		Whiteouts:         f.stats.whiteouts.Load(),
 		OpensPassthrough:  f.stats.opensPassthrough.Load(),

@@ -22,6 +22,7 @@ type config struct {
 	NoFsync          bool // fsync=0 or volatile
 	NoSec            overlay.NoSecMode
 	NoPassthrough    bool // passthrough=off
+	Writeback        overlay.WritebackMode
 	NoACL            bool
 	RedirectDirOff   bool           // redirect_dir=off|follow|nofollow
 	XattrPermissions int            // xattr_permissions=0|1|2
@@ -212,6 +213,6 @@ func (c *config) absolutize() error {
 
 // String renders the configuration for the debug log.
 func (c *config) String() string {
-	return fmt.Sprintf("lower=%q upper=%q work=%q mountpoint=%q fsname=%q userxattr=%v nofsync=%v nosec=%v nopassthrough=%v noacl=%v kernel=%q",
-		c.Lower, c.Upper, c.Work, c.Mountpoint, c.FsName, c.UserXattr, c.NoFsync, c.NoSec, c.NoPassthrough, c.NoACL, c.KernelOptions)
+	return fmt.Sprintf("lower=%q upper=%q work=%q mountpoint=%q fsname=%q userxattr=%v nofsync=%v nosec=%v nopassthrough=%v writeback=%v noacl=%v kernel=%q",
+		c.Lower, c.Upper, c.Work, c.Mountpoint, c.FsName, c.UserXattr, c.NoFsync, c.NoSec, c.NoPassthrough, c.Writeback, c.NoACL, c.KernelOptions)
 }

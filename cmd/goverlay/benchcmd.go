@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/goverlay/goverlay/cmd/goverlay/internal/bench"
 )
@@ -13,6 +14,9 @@ import (
 // runBench is `goverlay bench`: the side-by-side comparison of
 // docs/BENCHMARKS.md, over scratch layers it makes and removes itself.
 func runBench(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == bench.AgentFlag {
+		return bench.Agent(args[1:], os.Stdin, stdout, stderr)
+	}
 	c, err := bench.ParseFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK

@@ -67,7 +67,8 @@ var optionTable = []optionInfo{
 	{"fsync", "1|0", optSupported, "fsync=0: do not fsync a copy-up before publishing it (fuse-overlayfs); faster, not crash-safe"},
 	{"volatile", "", optSupported, "same as fsync=0 (kernel overlayfs; podman passes it for --volatile containers)"},
 	{"nosec", "inherit|on|off", optSupported, "let the kernel skip the security.capability check on writes: inherit (default) when the upper filesystem is local, on, or off"},
-	{"passthrough", "on|off", optSupported, "on (default): the kernel reads and writes files of the upper layer directly (FUSE passthrough; Linux 6.9+, root); off: every read and write goes through goverlay"},
+	{"passthrough", "on|off", optSupported, "on (default): the kernel reads and writes files of the upper layer directly (FUSE passthrough; Linux 6.9+, root); off: reads and writes go through the page cache and goverlay (with the writeback cache, unless writeback=0)"},
+	{"writeback", "0|1", optSupported, "the kernel's writeback cache: write(2) fills the page cache and the kernel writes it to goverlay later, in large requests (fuse-overlayfs). Default: on where passthrough is not granted (rootless, passthrough=off, kernels before 6.9), off where it is; 1 uses it instead of passthrough, 0 never"},
 	{"noacl", "", optSupported, "do not enforce POSIX ACLs, nor give new objects their directory's default ACL; the umask always applies (fuse-overlayfs)"},
 	{"static_nlink", "", optSupported, "report a link count of 1 for every directory (fuse-overlayfs); merged directories always report 1, like the kernel overlay's"},
 	{"uidmapping", "ID:HOSTID:LEN[:...]", optSupported, "owners ID..ID+LEN-1 on disk are shown as HOSTID..; new files and chown map back; unmapped ids show as the overflow uid (fuse-overlayfs; containers/storage passes it); the ids named in POSIX ACLs are mapped the same way (fuse-overlayfs leaves them)"},
@@ -98,7 +99,6 @@ var optionTable = []optionInfo{
 	{"subtype", "NAME", optIgnored, "the type is always fuse.goverlay"},
 
 	{"threaded", "0|1", optNotYet, "threading mode (fuse-overlayfs)"},
-	{"writeback", "0|1", optNotYet, "kernel writeback cache (fuse-overlayfs)"},
 	{"timeout", "SECONDS", optNotYet, "kernel cache timeout for names and attributes (fuse-overlayfs)"},
 	{"fast_ino", "0|1", optNotYet, "cheaper inode numbering (fuse-overlayfs)"},
 	{"noxattrs", "0|1|2", optNotYet, "disable extended attributes (fuse-overlayfs)"},
@@ -294,6 +294,13 @@ func (st *optState) set(key, raw string) error {
 		c.NoPassthrough = !on
 		if err != nil {
 			return err
+		}
+	case "writeback":
+		switch v := unescape(raw); v {
+		case "0", "1":
+			c.Writeback = map[string]overlay.WritebackMode{"0": overlay.WritebackOff, "1": overlay.WritebackOn}[v]
+		default:
+			return failf(exitUsage, "option \"writeback\" is 0 or 1, not %q; write writeback=0 or writeback=1", v)
 		}
 	case "noacl":
 		c.NoACL = true

@@ -69,6 +69,8 @@ type wscenario struct {
 type wstack struct {
 	lower, upper, work string
 	redirect           bool
+	// writeback mounts goverlay with -o writeback=1.
+	writeback bool
 }
 
 func newWStack(t testing.TB, sc wscenario) wstack {
@@ -106,7 +108,11 @@ func newWStackIn(t testing.TB, sc wscenario, base string) wstack {
 
 func (s wstack) goverlay(t testing.TB) *testutil.Mounted {
 	t.Helper()
-	return testutil.Mount(t, testutil.Options{Lower: []string{s.lower}, Upper: s.upper, Work: s.work, Extra: goverlayWriteOpts(s.redirect)})
+	extra := goverlayWriteOpts(s.redirect)
+	if s.writeback {
+		extra = append(extra, "-o", "writeback=1")
+	}
+	return testutil.Mount(t, testutil.Options{Lower: []string{s.lower}, Upper: s.upper, Work: s.work, Extra: extra})
 }
 
 func (s wstack) kernel(t testing.TB) string {
@@ -271,8 +277,25 @@ func TestWriteScenarios(t *testing.T) {
 	}
 }
 
-func directionA(t *testing.T, sc wscenario) {
+// TestWriteScenariosWriteback is direction A of TestWriteScenarios with
+// goverlay on the writeback cache (-o writeback=1) instead of passthrough:
+// writes reach the upper layer from the kernel's page cache, at close.
+func TestWriteScenariosWriteback(t *testing.T) {
+	testutil.RequireRoot(t)
+	sameBinary(t)
+	for _, sc := range writeScenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			directionAWith(t, sc, true)
+		})
+	}
+}
+
+func directionA(t *testing.T, sc wscenario) { directionAWith(t, sc, false) }
+
+func directionAWith(t *testing.T, sc wscenario, writeback bool) {
 	ks, gs := newWStack(t, sc), newWStack(t, sc)
+	gs.writeback = writeback
 	kmnt := ks.kernel(t)
 	g := gs.goverlay(t)
 	since := time.Now().Add(-time.Second)

@@ -72,7 +72,7 @@ func afterClean(t *testing.T, change func(t *testing.T, path string), want map[s
 					l.File("f-"+n, "0123456789\n", 0o777).Chown("f-"+n, uid, gid).Chmod("f-"+n, 0o777)
 				}
 			})
-			checkMountMode(t, testutil.ReadStats(t, p.g), opts)
+			checkMountMode(t, testutil.ReadStats(t, p.g), opts, false)
 			roots := []string{p.g.Dir, p.k}
 			write := func(w writer, file string) {
 				t.Helper()
@@ -141,7 +141,7 @@ func TestWriteCounters(t *testing.T) {
 			})
 			m := testutil.Mount(t, testutil.Options{Lower: []string{s.lower}, Upper: s.upper, Work: s.work, Extra: []string{"-o", opts}})
 			before := testutil.ReadStats(t, m)
-			checkMountMode(t, before, opts)
+			checkMountMode(t, before, opts, false)
 			path := filepath.Join(m.Dir, "bulk")
 			if r := runOps(t, root, [][2]string{{"writes=1000", path}})[path]; !r.ok {
 				t.Fatalf("1000 writes to %s: %s", path, r.err)
@@ -189,7 +189,7 @@ func TestNewFileKnownClean(t *testing.T) {
 			s := newStack(t, t.TempDir(), func(l *testutil.Layer) {})
 			m := testutil.Mount(t, testutil.Options{Lower: []string{s.lower}, Upper: s.upper, Work: s.work, Extra: []string{"-o", opts}})
 			before := testutil.ReadStats(t, m)
-			checkMountMode(t, before, opts)
+			checkMountMode(t, before, opts, false)
 			for i := 0; i < files; i++ {
 				p := filepath.Join(m.Dir, fmt.Sprintf("new%d", i))
 				if err := os.WriteFile(p, []byte("data"), 0o644); err != nil {

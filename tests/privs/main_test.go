@@ -7,7 +7,9 @@
 // removal") and docs/ARCHITECTURE.md: with -o nosec=on goverlay negotiates
 // FUSE_HANDLE_KILLPRIV_V2 and clears privileges itself on the kernel's
 // kill flags; with -o nosec=off the kernel clears them through SETATTR and
-// REMOVEXATTR.
+// REMOVEXATTR. Each runs with passthrough, with every write a request and
+// with the kernel's writeback cache, as root and rootless (both overlays
+// mounted by an unprivileged user in its own user namespace).
 package privs_test
 
 import (
@@ -45,9 +47,13 @@ type writer struct {
 	name string
 	// fsetid: the writer has CAP_FSETID; root: it may chown.
 	fsetid, root bool
-	// uid and gid are the writer's (fs)uid and (fs)gid; it has no
-	// supplementary groups.
-	uid, gid int
+	// uid and gid are the writer's (fs)uid and (fs)gid as it sees them;
+	// it has no supplementary groups. diskGid is its gid on disk (not the
+	// same in a user namespace).
+	uid, gid, diskGid int
+	// capFsetid: CAP_FSETID is in the writer's effective set (in its own
+	// user namespace; fsetid is about the initial one).
+	capFsetid bool
 	// argv turns a helper command line into this writer's.
 	argv func(cmd []string) []string
 }
@@ -59,13 +65,13 @@ func writers(t testing.TB) []writer {
 		t.Skip("capsh not installed (libcap2-bin)")
 	}
 	return []writer{
-		{name: "root", fsetid: true, root: true, uid: 0, gid: 0,
+		{name: "root", fsetid: true, capFsetid: true, root: true, uid: 0, gid: 0, diskGid: 0,
 			argv: func(cmd []string) []string { return cmd }},
-		{name: "root-nofsetid", fsetid: false, root: true, uid: 0, gid: 0,
+		{name: "root-nofsetid", fsetid: false, root: true, uid: 0, gid: 0, diskGid: 0,
 			argv: func(cmd []string) []string {
 				return append([]string{"capsh", "--drop=cap_fsetid", "--", "-c", `exec "$0" "$@"`}, cmd...)
 			}},
-		{name: "user", fsetid: false, root: false, uid: uid, gid: gid,
+		{name: "user", fsetid: false, root: false, uid: uid, gid: gid, diskGid: gid,
 			argv: func(cmd []string) []string {
 				return append([]string{"setpriv", "--reuid=" + strconv.Itoa(uid), "--regid=" + strconv.Itoa(gid), "--clear-groups"}, cmd...)
 			}},
@@ -76,6 +82,8 @@ func writers(t testing.TB) []writer {
 type opResult struct {
 	ok  bool
 	err string
+	// detail is what follows "ok" (the state operation's answer).
+	detail string
 }
 
 // runOps runs the helper as w with (op, path) pairs and returns each
@@ -109,7 +117,11 @@ func runOps(t testing.TB, w writer, pairs [][2]string) map[string]opResult {
 		}
 		switch f[2] {
 		case "ok":
-			res[f[1]] = opResult{ok: true}
+			r := opResult{ok: true}
+			if len(f) == 4 {
+				r.detail = f[3]
+			}
+			res[f[1]] = r
 		case "err":
 			msg := ""
 			if len(f) == 4 {
@@ -146,8 +158,8 @@ func checkIdentity(t testing.TB, w writer, line string) {
 	if kv["uid"] != strconv.Itoa(w.uid) || kv["gid"] != strconv.Itoa(w.gid) || kv["groups"] != "" {
 		t.Fatalf("writer %s runs as %q, want uid=%d gid=%d and no supplementary groups", w.name, line, w.uid, w.gid)
 	}
-	if has := capeff&(1<<capFsetid) != 0; has != w.fsetid {
-		t.Fatalf("writer %s: CAP_FSETID in the effective set is %v, want %v (%q)", w.name, has, w.fsetid, line)
+	if has := capeff&(1<<capFsetid) != 0; has != w.capFsetid {
+		t.Fatalf("writer %s: CAP_FSETID in the effective set is %v, want %v (%q)", w.name, has, w.capFsetid, line)
 	}
 }
 
@@ -258,14 +270,26 @@ func mountPair(t testing.TB, goOpts string, build func(l *testutil.Layer)) pair 
 func nosecOn(goOpts string) bool { return strings.Contains(goOpts, "nosec=on") }
 
 // passthroughOn says whether goOpts leave passthrough on.
-func passthroughOn(goOpts string) bool { return !strings.Contains(goOpts, "passthrough=off") }
+func passthroughOn(goOpts string) bool {
+	return !strings.Contains(goOpts, "passthrough=off") && !writebackOn(goOpts)
+}
 
-// combos are the four {nosec} × {passthrough} mount options.
+// writebackOn says whether goOpts give the writeback cache: asked for, or
+// the default where passthrough is off.
+func writebackOn(goOpts string) bool {
+	return strings.Contains(goOpts, "writeback=1") ||
+		strings.Contains(goOpts, "passthrough=off") && !strings.Contains(goOpts, "writeback=0")
+}
+
+// combos are the mount options of the matrix: {nosec on, off} × {the
+// write paths: passthrough, every write a request, the writeback cache}.
 var combos = []string{
 	"nosec=on,passthrough=on",
-	"nosec=on,passthrough=off",
+	"nosec=on,passthrough=off,writeback=0",
 	"nosec=off,passthrough=on",
-	"nosec=off,passthrough=off",
+	"nosec=off,passthrough=off,writeback=0",
+	"nosec=on,writeback=1",
+	"nosec=off,writeback=1",
 }
 
 // subtestName is goOpts as a subtest name: no "," or "=", which t.TempDir
@@ -276,9 +300,18 @@ func subtestName(goOpts string) string {
 
 // checkMountMode checks what `goverlay stats` says about the options the
 // mount was given.
-func checkMountMode(t testing.TB, s testutil.Stats, goOpts string) {
+func checkMountMode(t testing.TB, s testutil.Stats, goOpts string, rootless bool) {
 	t.Helper()
 	if s.NoSec != nosecOn(goOpts) {
 		t.Errorf("-o %s: goverlay stats says nosec=%v (%s)", goOpts, s.NoSec, s.NoSecReason)
+	}
+	wantWB, wantPT := writebackOn(goOpts), passthroughOn(goOpts)
+	if rootless {
+		// Passthrough is never granted: the writeback cache unless
+		// writeback=0.
+		wantWB, wantPT = !strings.Contains(goOpts, "writeback=0"), false
+	}
+	if s.Writeback != wantWB || s.Passthrough != wantPT {
+		t.Errorf("-o %s: goverlay stats says writeback cache %v, passthrough %v (%s)", goOpts, s.Writeback, s.Passthrough, s.IOReason)
 	}
 }

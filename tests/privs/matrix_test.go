@@ -72,7 +72,7 @@ func (c cell) name() string { return "w-" + c.w.name + "__op-" + c.op + "__f-" +
 // FUSE's own non-killpriv SETATTR path) keeps setgid without g+x.
 func (c cell) fuseCannotKnow() bool {
 	return c.k.mode&unix.S_ISGID != 0 && c.k.mode&unix.S_IXGRP == 0 &&
-		!c.w.fsetid && c.w.gid != c.gid
+		!c.w.fsetid && c.w.diskGid != c.gid
 }
 
 // cells lists the matrix; userGid is the test user's group, the group of
@@ -120,7 +120,24 @@ type row struct {
 func runMatrix(t *testing.T, goOpts string, ws []writer) {
 	uid, gid := testutil.TestUser(t)
 	cs := cells(ws, gid)
-	build := func(l *testutil.Layer) {
+	p := mountPair(t, goOpts, matrixLower(t, cs, uid))
+	e := matrixEnv{
+		gDir: p.g.Dir, kDir: p.k, gs: p.gs, ks: p.ks,
+		stats: func() testutil.Stats { return testutil.ReadStats(t, p.g) },
+		state: func(paths []string) map[string]fileState {
+			m := map[string]fileState{}
+			for _, path := range paths {
+				m[path] = stateOf(path)
+			}
+			return m
+		},
+	}
+	runMatrixIn(t, goOpts, ws, cs, e)
+}
+
+// matrixLower builds the matrix's lower: one file per cell.
+func matrixLower(t *testing.T, cs []cell, uid int) func(l *testutil.Layer) {
+	return func(l *testutil.Layer) {
 		for _, c := range cs {
 			n := c.name()
 			l.File(n, "0123456789\n", 0o644)
@@ -134,7 +151,24 @@ func runMatrix(t *testing.T, goOpts string, ws []writer) {
 			}
 		}
 	}
-	p := mountPair(t, goOpts, build)
+}
+
+// matrixEnv is where a matrix runs: the two mounts, their stacks, and how
+// to see through them (the mounts of a rootless run are in another mount
+// namespace).
+type matrixEnv struct {
+	gDir, kDir string
+	gs, ks     stack
+	stats      func() testutil.Stats
+	// state reads the files at paths through the mounts.
+	state func(paths []string) map[string]fileState
+	// rootless: the writers are root of a user namespace, which has
+	// CAP_FSETID there but not where the kernel's privilege checks
+	// look (capable(), the initial namespace).
+	rootless bool
+}
+
+func runMatrixIn(t *testing.T, goOpts string, ws []writer, cs []cell, p matrixEnv) {
 	// The lowers are never written: they show the starting state.
 	for _, c := range cs {
 		for _, lower := range []string{p.gs.lower, p.ks.lower} {
@@ -144,13 +178,13 @@ func runMatrix(t *testing.T, goOpts string, ws []writer) {
 			}
 		}
 	}
-	before := testutil.ReadStats(t, p.g)
-	checkMountMode(t, before, goOpts)
+	before := p.stats()
+	checkMountMode(t, before, goOpts, p.rootless)
 
 	// One process per writer and mount. Results keyed by path.
 	res := map[string]opResult{}
 	for _, w := range ws {
-		for _, root := range []string{p.g.Dir, p.k} {
+		for _, root := range []string{p.gDir, p.kDir} {
 			var pairs [][2]string
 			for _, c := range cs {
 				if c.w.name == w.name {
@@ -163,8 +197,8 @@ func runMatrix(t *testing.T, goOpts string, ws []writer) {
 		}
 	}
 
-	after := testutil.ReadStats(t, p.g)
-	if passthroughOn(goOpts) {
+	after := p.stats()
+	if passthroughOn(goOpts) && !p.rootless {
 		if after.OpensPassthrough <= before.OpensPassthrough {
 			t.Errorf("-o %s: opens_passthrough %d → %d after %d cells: passthrough was not used",
 				goOpts, before.OpensPassthrough, after.OpensPassthrough, len(cs))
@@ -178,12 +212,17 @@ func runMatrix(t *testing.T, goOpts string, ws []writer) {
 		after.KilledSuid-before.KilledSuid, after.KilledSgid-before.KilledSgid, after.KilledCaps-before.KilledCaps,
 		after.CapGetxattr-before.CapGetxattr, after.OpensPassthrough-before.OpensPassthrough, after.OpensCached-before.OpensCached)
 
+	var through []string
+	for _, c := range cs {
+		through = append(through, filepath.Join(p.gDir, c.name()), filepath.Join(p.kDir, c.name()))
+	}
+	seen := p.state(through)
 	kernelState := map[string]fileState{}
 	var rows []row
 	for _, c := range cs {
 		n := c.name()
-		gOp, kOp := res[filepath.Join(p.g.Dir, n)], res[filepath.Join(p.k, n)]
-		gm, km := stateOf(filepath.Join(p.g.Dir, n)), stateOf(filepath.Join(p.k, n))
+		gOp, kOp := res[filepath.Join(p.gDir, n)], res[filepath.Join(p.kDir, n)]
+		gm, km := seen[filepath.Join(p.gDir, n)], seen[filepath.Join(p.kDir, n)]
 		gu, ku := stateOf(filepath.Join(p.gs.upper, n)), stateOf(filepath.Join(p.ks.upper, n))
 		kernelState[n] = km
 		group, sub := "as-kernel", n
@@ -192,17 +231,21 @@ func runMatrix(t *testing.T, goOpts string, ws []writer) {
 		}
 		t.Run(group+"/"+sub, func(t *testing.T) {
 			var bad []string
-			if !kOp.ok {
+			// Rootless, some operations are refused (chown of a
+			// file whose group the namespace does not map): then
+			// both must refuse alike, and neither copies up.
+			bothRefuse := p.rootless && !kOp.ok && !gOp.ok && sameRefusal(kOp.err, gOp.err)
+			if !kOp.ok && !bothRefuse {
 				bad = append(bad, "the operation failed on the kernel overlay: "+kOp.err)
 			}
-			if !gOp.ok {
+			if !gOp.ok && !bothRefuse {
 				bad = append(bad, "the operation failed on goverlay: "+gOp.err)
 			}
-			if !ku.exists {
-				bad = append(bad, "kernel overlay: not copied up")
+			if ku.exists != gu.exists {
+				bad = append(bad, fmt.Sprintf("copied up: kernel overlay %v, goverlay %v", ku.exists, gu.exists))
 			}
-			if !gu.exists {
-				bad = append(bad, "goverlay: not copied up")
+			if !ku.exists && !bothRefuse {
+				bad = append(bad, "kernel overlay: not copied up")
 			}
 			wantM, wantU := km, ku
 			if c.fuseCannotKnow() {
@@ -228,7 +271,11 @@ func runMatrix(t *testing.T, goOpts string, ws []writer) {
 			rows = append(rows, row{n, verdict})
 		})
 	}
-	kernelControls(t, kernelState)
+	if p.rootless {
+		rootlessControls(t, kernelState)
+	} else {
+		kernelControls(t, kernelState)
+	}
 
 	sort.Slice(rows, func(i, j int) bool { return rows[i].name < rows[j].name })
 	var b strings.Builder
@@ -279,4 +326,12 @@ func kernelControls(t *testing.T, k map[string]fileState) {
 				w.cell, got, w.mode, w.cap)
 		}
 	}
+}
+
+// sameRefusal compares two helper errors ("OP: ERROR"), which name the
+// file through different mounts only in what precedes the error.
+func sameRefusal(a, b string) bool {
+	_, ea, _ := strings.Cut(a, ": ")
+	_, eb, _ := strings.Cut(b, ": ")
+	return ea == eb
 }

@@ -83,6 +83,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.SVG, "svg", "", "")
 	fs.StringVar(&c.PNG, "png", "", "")
 	fs.StringVar(&c.Binary, "binary", "", "")
+	rootless := fs.Bool("rootless", false, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			Usage(os.Stdout)
@@ -96,6 +97,9 @@ func ParseFlags(args []string) (Config, error) {
 	var err error
 	if c.Targets, err = expandTargets(splitList(*targets)); err != nil {
 		return c, err
+	}
+	if *rootless {
+		c.Targets = rootlessTargets(c.Targets)
 	}
 	if c.Workloads, err = expandWorkloads(splitList(*workloads)); err != nil {
 		return c, err
@@ -157,6 +161,11 @@ Options:
                      kernel overlay (median and spread, log scale)
   --png FILE         the same chart as PNG
   --binary PATH      goverlay binary to mount (default this program)
+  --rootless         run each target that has a rootless form (the *-rootless
+                     targets) that way: mounted, and its workloads run, by
+                     an unprivileged user (goverlaybench, created if
+                     missing) in a user and mount namespace of its own;
+                     needs root to set that up, and makes /dev/fuse 0666
 
 Targets:
 `, DefaultDuration, DefaultRuns, DefaultScale, fmtNum(dcFullBig*DefaultScale), fmtInt(ctEntriesAt(DefaultScale)), os.TempDir())
@@ -216,8 +225,10 @@ func expandTargets(names []string) ([]string, error) {
 	want := map[string]bool{}
 	for _, n := range names {
 		if n == "all" {
+			// The rootless targets are asked for by name or with
+			// --rootless.
 			for _, t := range allTargets {
-				want[t.name] = true
+				want[t.name] = want[t.name] || !t.rootless
 			}
 			continue
 		}

@@ -82,8 +82,20 @@ func TestParseFlags(t *testing.T) {
 			t.Errorf("workload %s is in no group (%q)", w.name, w.group)
 		}
 	}
-	if len(c.Targets) != len(allTargets) || strings.Join(c.Workloads, ",") != strings.Join(defaults, ",") {
-		t.Errorf("defaults: %d targets, workloads %v; want all targets and the default group", len(c.Targets), c.Workloads)
+	var rooted []string
+	for _, t := range allTargets {
+		if !t.rootless {
+			rooted = append(rooted, t.name)
+		}
+	}
+	if strings.Join(c.Targets, ",") != strings.Join(rooted, ",") || strings.Join(c.Workloads, ",") != strings.Join(defaults, ",") {
+		t.Errorf("defaults: targets %v, workloads %v; want all targets but the rootless ones, and the default group", c.Targets, c.Workloads)
+	}
+	// --rootless puts each target's rootless form in its place.
+	if c, err := ParseFlags([]string{"--rootless", "--targets", "native,kernel,fuse-overlayfs,goverlay,goverlay-rootless"}); err != nil {
+		t.Error(err)
+	} else if got := strings.Join(c.Targets, ","); got != "native,kernel-rootless,fuse-overlayfs-rootless,goverlay-rootless" {
+		t.Errorf("--rootless targets: %s", got)
 	}
 	if len(defaults) != 14 || len(dircache) != 7 || len(containers) != 10 {
 		t.Errorf("groups: default %v, dircache %v, containers %v", defaults, dircache, containers)

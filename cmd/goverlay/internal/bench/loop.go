@@ -33,6 +33,8 @@ type bencher struct {
 
 	// The containers workloads' tree (containers.go); nil when none runs.
 	ct *ctState
+	// rootless is what the rootless targets share (rootless.go).
+	rootless *rootlessEnv
 
 	targets   []*targetState
 	workloads []*workloadDef
@@ -242,7 +244,7 @@ func (b *bencher) round(round int) {
 			b.prog.describe(fmt.Sprintf("run %d/%d: %s on %s", round, b.cfg.Runs, w.name, ts.def.name))
 			r := b.results[[2]string{w.name, ts.def.name}]
 			unix.Sync() // fstime syncs before each phase; so do we, before each workload
-			s, err := w.run(b.ctx, inst, b)
+			s, err := inst.run(b.ctx, w, b)
 			b.prog.add()
 			if b.ctx.Err() != nil {
 				return // a partial sample is no sample

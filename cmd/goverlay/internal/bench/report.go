@@ -215,7 +215,7 @@ func (r *Report) finish() {
 		}
 	}
 	r.Reference = ""
-	for _, name := range []string{"kernel"} {
+	for _, name := range []string{"kernel-rootless", "kernel"} {
 		if r.ran(name) {
 			r.Reference = name
 		}

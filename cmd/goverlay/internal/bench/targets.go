@@ -35,6 +35,9 @@ type targetDef struct {
 	// none: nosec=inherit and passthrough on are the defaults.
 	opts []string
 	desc string
+	// rootless targets are mounted, and their workloads run, by an
+	// unprivileged user in a user namespace of its own (rootless.go).
+	rootless bool
 }
 
 var allTargets = []*targetDef{
@@ -43,7 +46,13 @@ var allTargets = []*targetDef{
 	{name: "fuse-overlayfs", kind: kindFuseOverlayfs, desc: "fuse-overlayfs, when installed"},
 	{name: "goverlay", kind: kindGoverlay, desc: "goverlay, nosec=inherit, passthrough on (the defaults)"},
 	{name: "goverlay-nosec-off", kind: kindGoverlay, opts: []string{"nosec=off"}, desc: "goverlay -o nosec=off"},
-	{name: "goverlay-nopassthrough", kind: kindGoverlay, opts: []string{"passthrough=off"}, desc: "goverlay -o passthrough=off"},
+	{name: "goverlay-nopassthrough", kind: kindGoverlay, opts: []string{"passthrough=off"}, desc: "goverlay -o passthrough=off (the writeback cache instead)"},
+	{name: "goverlay-writeback", kind: kindGoverlay, opts: []string{"writeback=1"}, desc: "goverlay -o writeback=1: the writeback cache, not passthrough"},
+	{name: "goverlay-writethrough", kind: kindGoverlay, opts: []string{"passthrough=off", "writeback=0"}, desc: "goverlay -o passthrough=off,writeback=0: every write a request"},
+	{name: "kernel-rootless", kind: kindKernel, rootless: true, desc: "kernel overlayfs -o userxattr, mounted by an unprivileged user in its own user namespace"},
+	{name: "fuse-overlayfs-rootless", kind: kindFuseOverlayfs, rootless: true, desc: "fuse-overlayfs, mounted by an unprivileged user in its own user namespace"},
+	{name: "goverlay-rootless", kind: kindGoverlay, rootless: true, desc: "goverlay -o userxattr, mounted by an unprivileged user in its own user namespace (the defaults: the writeback cache)"},
+	{name: "goverlay-rootless-writethrough", kind: kindGoverlay, rootless: true, opts: []string{"writeback=0"}, desc: "goverlay -o userxattr,writeback=0 rootless: every write a request"},
 	{name: "goverlay-nosec-off-nopassthrough", kind: kindGoverlay, opts: []string{"nosec=off", "passthrough=off"}, desc: "goverlay -o nosec=off,passthrough=off"},
 }
 
@@ -66,9 +75,14 @@ func targetNames() []string {
 
 // precheck says why the target cannot run here at all, or "".
 func (t *targetDef) precheck(c Config) string {
+	if t.rootless {
+		if why := rootlessPrecheck(); why != "" {
+			return why
+		}
+	}
 	switch t.kind {
 	case kindKernel:
-		if os.Geteuid() != 0 {
+		if os.Geteuid() != 0 && !t.rootless {
 			return "mounting kernel overlayfs needs root"
 		}
 	case kindFuseOverlayfs:
@@ -118,11 +132,16 @@ type instance struct {
 	// conn is a FUSE target's connection number, for the request
 	// counter; 0 when there is none or no counter.
 	conn uint64
+	// agent runs the workloads of a rootless target (rootless.go).
+	agent *agent
 }
 
 // setup makes fresh upper and work directories under dir and mounts the
 // target. Undo steps go on cl.
 func (t *targetDef) setup(ctx context.Context, b *bencher, dir string, cl *cleanups) (*instance, error) {
+	if t.rootless {
+		return t.setupRootless(ctx, b, dir, cl)
+	}
 	inst := &instance{def: t, dir: dir}
 	upperDir, work, mnt := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "mnt")
 	cl.push(func() error { return os.RemoveAll(dir) })
@@ -380,4 +399,19 @@ func removeScratch(root string) error {
 		return fmt.Errorf("still mounted, scratch tree %s left in place: %s", root, strings.Join(left, " "))
 	}
 	return os.RemoveAll(root)
+}
+
+// rootlessTargets replaces each target that has a rootless form by it
+// (--rootless); the others stay.
+func rootlessTargets(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if t := findTarget(n); t != nil && !t.rootless {
+			if r := findTarget(n + "-rootless"); r != nil {
+				n = r.name
+			}
+		}
+		out = append(out, n)
+	}
+	return dedupe(out)
 }

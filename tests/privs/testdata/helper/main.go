@@ -18,6 +18,8 @@
 //	fallocate  open O_WRONLY, fallocate(2) mode 0, 8192 bytes from 0
 //	mmap       open O_RDWR, mmap MAP_SHARED, store one byte, msync, munmap
 //	writes=N   open O_WRONLY|O_APPEND, N writes of 1 KiB on that one fd
+//	state      print "state PATH ok MODE CAP": the 07777 bits in octal, and
+//	           "cap", "nocap" or "absent" for security.capability
 package main
 
 import (
@@ -46,6 +48,15 @@ func main() {
 	failed := false
 	for i := 0; i < len(args); i += 2 {
 		op, path := args[i], args[i+1]
+		if op == "state" {
+			if st, err := state(path); err != nil {
+				failed = true
+				fmt.Printf("%s %s err %v\n", op, path, err)
+			} else {
+				fmt.Printf("%s %s ok %s\n", op, path, st)
+			}
+			continue
+		}
 		if err := do(op, path); err != nil {
 			failed = true
 			fmt.Printf("%s %s err %v\n", op, path, err)
@@ -172,4 +183,22 @@ func noEINTR(f func() error) error {
 			return err
 		}
 	}
+}
+
+// state is the state operation's answer for path.
+func state(path string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		if err == unix.ENOENT {
+			return "absent", nil
+		}
+		return "", err
+	}
+	c := "cap"
+	if _, err := unix.Lgetxattr(path, "security.capability", nil); err == unix.ENODATA {
+		c = "nocap"
+	} else if err != nil {
+		return "", fmt.Errorf("getxattr security.capability: %w", err)
+	}
+	return fmt.Sprintf("%04o %s", st.Mode&0o7777, c), nil
 }

@@ -1,0 +1,240 @@
+package overlay
+
+// The write data path: which of the kernel's three ways of writing a FUSE
+// file a mount uses.
+//
+//   - Passthrough (passthrough.go): the kernel writes the upper file itself.
+//     Granted only to a daemon with CAP_SYS_ADMIN in the initial user
+//     namespace (fuse_backing_open()), so never rootless.
+//   - The writeback cache (FUSE_WRITEBACK_CACHE): write(2) fills the FUSE
+//     inode's page cache and returns; the kernel writes dirty pages back
+//     later in large WRITE requests flagged FUSE_WRITE_CACHE, and at every
+//     close(2) (fuse_flush() writes the inode back even with
+//     FOPEN_NOFLUSH) and fsync(2). The kernel excludes it from passthrough
+//     (process_init_reply()).
+//   - Write-through: every write(2) is a WRITE request.
+//
+// With writeback, what the daemon must do differently:
+//
+//   - Size and times: the kernel keeps i_size, mtime and ctime of a regular
+//     file itself and ignores those of attribute replies
+//     (fuse_get_cache_mask()); it sends mtime in a SETATTR once the data is
+//     written back (fuse_flush_times()), which Setattr applies like any
+//     other. Nothing here may cache a size or mtime of its own.
+//   - Privileges: written-back pages come from the flusher, with no kill
+//     flag and the daemon's credentials. With FUSE_HANDLE_KILLPRIV_V2 the
+//     kernel writes through, with FUSE_WRITE_KILL_SUIDGID, instead of
+//     caching when the writer lacks CAP_FSETID and the file is set-id
+//     (fuse_cache_write_iter()), and before that its file_remove_privs()
+//     sends the empty SETATTR that Setattr takes as the request to strip
+//     (killPrivsNow), and REMOVEXATTR for a capability; so privileges are
+//     removed for the writer before any page is cached. A page of a shared
+//     mapping with a capability is stored through a mapping (mmapWrite),
+//     which the kernel overlay does not strip either.
+//   - Reads: the kernel reads the rest of a partly written page through any
+//     handle, write-only ones included: upper files are always opened
+//     read-write (backingFlags). O_APPEND is the kernel's: it computes the
+//     offset from its own i_size.
+//   - Crash safety: a write(2) that returned lives in the kernel's page
+//     cache of the FUSE mount, not yet in the upper layer's, until it is
+//     written back (at the latest at close(2) or fsync(2)); if the daemon
+//     dies first, those pages are lost, where with write-through or
+//     passthrough they were already the upper filesystem's. fsync(2) is
+//     unchanged: the kernel writes the pages back and then sends FSYNC,
+//     which syncs the upper file. fsync=0 only skips goverlay's own syncs
+//     of copy-ups.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// WritebackMode is the -o writeback= setting.
+type WritebackMode int
+
+const (
+	// WritebackAuto uses the writeback cache where passthrough is not
+	// granted (rootless, passthrough=off, kernels without it).
+	WritebackAuto WritebackMode = iota
+	// WritebackOn uses it always (no passthrough then).
+	WritebackOn
+	// WritebackOff never uses it.
+	WritebackOff
+)
+
+func (m WritebackMode) String() string { return [...]string{"auto", "1", "0"}[m] }
+
+// ioMode is what a mount asks the kernel for.
+type ioMode struct {
+	passthrough, writeback bool
+	why                    string
+}
+
+// decideIO settles the write data path of a mount from its options and
+// what the kernel will grant this process.
+func decideIO(o Options, readOnly bool) ioMode {
+	switch {
+	case readOnly:
+		// Nothing is written, and passthrough serves only upper
+		// files.
+		return ioMode{why: "read-only mount"}
+	case o.Writeback == WritebackOn:
+		return ioMode{writeback: true, why: "writeback=1"}
+	case o.Writeback == WritebackOff && !o.Passthrough:
+		return ioMode{why: "writeback=0, passthrough=off"}
+	case o.Writeback == WritebackOff:
+		if ok, why := passthroughGrantable(); !ok {
+			return ioMode{why: "writeback=0; passthrough will not be granted: " + why}
+		}
+		return ioMode{passthrough: true, why: "writeback=0"}
+	case !o.Passthrough:
+		return ioMode{writeback: true, why: "passthrough=off"}
+	}
+	if ok, why := passthroughGrantable(); !ok {
+		return ioMode{writeback: true, why: "passthrough will not be granted: " + why}
+	}
+	return ioMode{passthrough: true, why: "the default where the kernel grants it"}
+}
+
+// passthroughGrantable reports whether the kernel would register backing
+// files for this process: Linux 6.9 or later, and CAP_SYS_ADMIN in the
+// initial user namespace (fuse_backing_open()). A kernel built without
+// CONFIG_FUSE_PASSTHROUGH still refuses; the mount then reports that no
+// open got passthrough (Stats.OpensPassthrough).
+func passthroughGrantable() (bool, string) {
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		if maj, min, ok := kernelVersion(unix.ByteSliceToString(u.Release[:])); ok && (maj < 6 || maj == 6 && min < 9) {
+			return false, fmt.Sprintf("Linux %d.%d has no FUSE passthrough (6.9+)", maj, min)
+		}
+	}
+	if ns, err := os.Readlink("/proc/self/ns/user"); err == nil && ns != initialUserNS {
+		return false, "not in the initial user namespace"
+	}
+	if !hasCapSysAdmin() {
+		return false, "no CAP_SYS_ADMIN"
+	}
+	return true, ""
+}
+
+// initialUserNS is the initial user namespace as /proc/PID/ns/user names
+// it (PROC_USER_INIT_INO, include/linux/proc_ns.h).
+const initialUserNS = "user:[4026531837]"
+
+// kernelVersion reads "6.18.44-..." as 6, 18.
+func kernelVersion(release string) (maj, min int, ok bool) {
+	f := strings.SplitN(release, ".", 3)
+	if len(f) < 2 {
+		return 0, 0, false
+	}
+	maj, err1 := strconv.Atoi(f[0])
+	digits := f[1]
+	if i := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		digits = digits[:i]
+	}
+	min, err2 := strconv.Atoi(digits)
+	return maj, min, err1 == nil && err2 == nil
+}
+
+// hasCapSysAdmin reads CAP_SYS_ADMIN from the effective set.
+func hasCapSysAdmin() bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("CapEff:")); ok {
+			caps, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 16, 64)
+			return err == nil && caps&(1<<unix.CAP_SYS_ADMIN) != 0
+		}
+	}
+	return false
+}
+
+// granted settles, once mounted, what the kernel granted: the writeback
+// cache is on when its INIT offered it too; passthrough when it registers
+// a backing file, which a probe on a temporary file of the workdir tries
+// (the kernel refuses without CAP_SYS_ADMIN in the initial user namespace,
+// or without CONFIG_FUSE_PASSTHROUGH). Opens then do not ask in vain.
+func (f *FS) granted(srv *fuse.Server) {
+	if f.io.passthrough {
+		if err := probePassthrough(srv, f.opts.Work); err != nil && !errors.Is(err, errNoProbe) {
+			f.io.passthrough = false
+			f.passthrough.Store(false)
+			f.io.why += "; but the kernel refused a backing file (" + err.Error() + "): writes go through goverlay; writeback=1 would cache them"
+		}
+	}
+	if !f.io.writeback {
+		return
+	}
+	if k := srv.KernelSettings(); k == nil || k.Flags64()&fuse.CAP_WRITEBACK_CACHE == 0 {
+		f.io.writeback = false
+		f.io.why += "; the kernel did not offer the writeback cache"
+		f.writeback.Store(false)
+	}
+}
+
+// keepMtime runs op, a change of fd's data the kernel asked for, and with
+// the writeback cache puts the upper file's mtime back as it was: the
+// kernel keeps a regular file's mtime itself and never takes it from an
+// attribute reply (fuse_get_cache_mask()), so a time the upper filesystem
+// gave the file would show only after a remount. The kernel sends its own
+// in a SETATTR (fuse_flush_times()), possibly before the WRITE of the
+// pages it wrote (the daemon serves requests in parallel); timesMu keeps
+// that SETATTR from falling between the fstat and the futimens here.
+func (n *node) keepMtime(fd int, op func() error) error {
+	if !n.ofs.writeback.Load() {
+		return op()
+	}
+	n.timesMu.Lock()
+	defer n.timesMu.Unlock()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	err := op()
+	ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, st.Mtim}
+	if terr := unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH); err == nil && terr != nil {
+		err = terr
+	}
+	return err
+}
+
+// errNoProbe: the workdir cannot make a temporary file to probe with.
+var errNoProbe = errors.New("no temporary file to probe with")
+
+// probePassthrough registers a temporary file of dir as a backing file and
+// unregisters it.
+func probePassthrough(srv *fuse.Server, dir string) error {
+	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		// Without one, opens still ask, and the stats say what
+		// they got.
+		return errNoProbe
+	}
+	defer unix.Close(fd)
+	id, errno := srv.RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd)})
+	if errno != 0 {
+		return errno
+	}
+	srv.UnregisterBackingFd(id)
+	return nil
+}
+
+// ioSummary is the mount's write data path, for the log.
+func (f *FS) ioSummary() string {
+	switch {
+	case f.io.writeback:
+		return "writes: writeback cache (" + f.io.why + ")"
+	case f.io.passthrough:
+		return "writes: passthrough, granted by the kernel (" + f.io.why + ")"
+	}
+	return "writes: through goverlay (" + f.io.why + ")"
+}
