@@ -29,6 +29,10 @@ type Config struct {
 	// Binary is the goverlay executable mounted as a subprocess for the
 	// goverlay targets; empty means os.Executable().
 	Binary string
+	// Baseline is another goverlay executable, mounted with the defaults
+	// as the goverlay-baseline target (only run when named), to compare
+	// two builds side by side in one run.
+	Baseline string
 	// Targets and Workloads name what to run (see Usage); empty means
 	// all targets and the default workloads. A workload name also selects
 	// every workload it prefixes: "fstime" is all nine fstime phases,
@@ -81,6 +85,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.JSON, "json", "", "")
 	fs.StringVar(&c.SVG, "svg", "", "")
 	fs.StringVar(&c.Binary, "binary", "", "")
+	fs.StringVar(&c.Baseline, "baseline", "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			Usage(os.Stdout)
@@ -153,6 +158,9 @@ Options:
   --json FILE        write the whole report, every sample, as JSON
   --svg FILE         write a bar chart of the medians relative to kernel
   --binary PATH      goverlay binary to mount (default this program)
+  --baseline PATH    another goverlay binary, mounted with the defaults as
+                     the goverlay-baseline target (give it in --targets):
+                     two builds side by side in one run
 
 Targets:
 `, DefaultDuration, DefaultRuns, DefaultScale, fmtNum(dcFullBig*DefaultScale), fmtInt(ctEntriesAt(DefaultScale)), os.TempDir())
@@ -212,7 +220,7 @@ func expandTargets(names []string) ([]string, error) {
 	for _, n := range names {
 		if n == "all" {
 			for _, t := range allTargets {
-				want[t.name] = true
+				want[t.name] = !t.baseline
 			}
 			continue
 		}
@@ -286,6 +294,11 @@ func Run(ctx context.Context, c Config) (rep *Report, err error) {
 	if c.Binary != "" {
 		if abs, err := filepath.Abs(c.Binary); err == nil {
 			c.Binary = abs
+		}
+	}
+	if c.Baseline != "" {
+		if abs, err := filepath.Abs(c.Baseline); err == nil {
+			c.Baseline = abs
 		}
 	}
 	// Unknown targets are reported as skipped; unknown workloads are an
