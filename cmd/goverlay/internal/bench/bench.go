@@ -29,6 +29,10 @@ type Config struct {
 	// Binary is the goverlay executable mounted as a subprocess for the
 	// goverlay targets; empty means os.Executable().
 	Binary string
+	// Baseline is another goverlay executable, mounted with the defaults
+	// as the goverlay-baseline target (only run when named), to compare
+	// two builds side by side in one run.
+	Baseline string
 	// Targets and Workloads name what to run (see Usage); empty means
 	// all targets and the default workloads. A workload name also selects
 	// every workload it prefixes: "fstime" is all nine fstime phases,
@@ -84,6 +88,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.PNG, "png", "", "")
 	fs.StringVar(&c.Binary, "binary", "", "")
 	rootless := fs.Bool("rootless", false, "")
+	fs.StringVar(&c.Baseline, "baseline", "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			Usage(os.Stdout)
@@ -166,6 +171,9 @@ Options:
                      an unprivileged user (goverlaybench, created if
                      missing) in a user and mount namespace of its own;
                      needs root to set that up, and makes /dev/fuse 0666
+  --baseline PATH    another goverlay binary, mounted with the defaults as
+                     the goverlay-baseline target (give it in --targets):
+                     two builds side by side in one run
 
 Targets:
 `, DefaultDuration, DefaultRuns, DefaultScale, fmtNum(dcFullBig*DefaultScale), fmtInt(ctEntriesAt(DefaultScale)), os.TempDir())
@@ -228,7 +236,7 @@ func expandTargets(names []string) ([]string, error) {
 			// The rootless targets are asked for by name or with
 			// --rootless.
 			for _, t := range allTargets {
-				want[t.name] = want[t.name] || !t.rootless
+				want[t.name] = want[t.name] || (!t.rootless && !t.baseline)
 			}
 			continue
 		}
@@ -302,6 +310,11 @@ func Run(ctx context.Context, c Config) (rep *Report, err error) {
 	if c.Binary != "" {
 		if abs, err := filepath.Abs(c.Binary); err == nil {
 			c.Binary = abs
+		}
+	}
+	if c.Baseline != "" {
+		if abs, err := filepath.Abs(c.Baseline); err == nil {
+			c.Baseline = abs
 		}
 	}
 	// Unknown targets are reported as skipped; unknown workloads are an

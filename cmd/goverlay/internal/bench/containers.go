@@ -559,3 +559,8 @@ func ctGoals(res *Result, vsK, vsF *float64) [][]string {
 	check(fmt.Sprintf("≥ %.2f× kernel", kernelMin), vsK, kernelMin)
 	return out
 }
+
+func init() {
+	allTargets = append(allTargets, &targetDef{name: "goverlay-baseline", kind: kindGoverlay, baseline: true,
+		desc: "goverlay with the defaults, from the --baseline binary (only when named)"})
+}

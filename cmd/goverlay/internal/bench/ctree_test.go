@@ -192,3 +192,23 @@ func TestParseProcCPU(t *testing.T) {
 		t.Error("a short line parsed")
 	}
 }
+
+// TestBaselineTarget: goverlay-baseline is left out of "all", mounts the
+// --baseline binary, and is skipped with a reason without one.
+func TestBaselineTarget(t *testing.T) {
+	c, err := ParseFlags([]string{"--targets", "kernel,goverlay-baseline,goverlay", "--baseline", "/x/old", "--binary", "/x/new"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(c.Targets, ",") != "kernel,goverlay,goverlay-baseline" {
+		t.Errorf("targets %v", c.Targets)
+	}
+	base, gov := findTarget("goverlay-baseline"), findTarget("goverlay")
+	if base.binary(c) != "/x/old" || gov.binary(c) != "/x/new" {
+		t.Errorf("binaries: baseline %s, goverlay %s", base.binary(c), gov.binary(c))
+	}
+	c.Baseline = ""
+	if why := base.precheck(c); !strings.Contains(why, "--baseline") {
+		t.Errorf("baseline without --baseline: %q", why)
+	}
+}

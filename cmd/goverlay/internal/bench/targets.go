@@ -38,6 +38,17 @@ type targetDef struct {
 	// rootless targets are mounted, and their workloads run, by an
 	// unprivileged user in a user namespace of its own (rootless.go).
 	rootless bool
+	// baseline: the goverlay target mounts Config.Baseline, not
+	// Config.Binary; "all" leaves it out.
+	baseline bool
+}
+
+// binary is the goverlay executable the target mounts.
+func (t *targetDef) binary(c Config) string {
+	if t.baseline {
+		return c.Baseline
+	}
+	return c.Binary
 }
 
 var allTargets = []*targetDef{
@@ -90,11 +101,15 @@ func (t *targetDef) precheck(c Config) string {
 			return "fuse-overlayfs is not installed (not found in PATH)"
 		}
 	case kindGoverlay:
-		if c.Binary == "" {
+		bin := t.binary(c)
+		if bin == "" && t.baseline {
+			return "no baseline binary (--baseline)"
+		}
+		if bin == "" {
 			return "no goverlay binary (--binary)"
 		}
-		if st, err := os.Stat(c.Binary); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-			return fmt.Sprintf("goverlay binary %s is not an executable file", c.Binary)
+		if st, err := os.Stat(bin); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return fmt.Sprintf("goverlay binary %s is not an executable file", bin)
 		}
 	}
 	return ""
@@ -112,7 +127,7 @@ func (t *targetDef) version(c Config) string {
 	case kindFuseOverlayfs:
 		out, _ = exec.Command("fuse-overlayfs", "--version").CombinedOutput()
 	case kindGoverlay:
-		out, _ = exec.Command(c.Binary, "--version").CombinedOutput()
+		out, _ = exec.Command(t.binary(c), "--version").CombinedOutput()
 	}
 	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	return line
@@ -193,7 +208,7 @@ func (t *targetDef) setup(ctx context.Context, b *bencher, dir string, cl *clean
 		pidfile := filepath.Join(dir, "pid")
 		opts := strings.Join(append([]string{layers}, t.opts...), ",")
 		var out string
-		out, err = runMount(ctx, b.cfg.Binary, "-o", opts, "--pidfile", pidfile, mnt)
+		out, err = runMount(ctx, t.binary(b.cfg), "-o", opts, "--pidfile", pidfile, mnt)
 		for _, line := range strings.Split(out, "\n") {
 			// The NOSEC decision is in the daemon's stats, read
 			// at the end of the round.
