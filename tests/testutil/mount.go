@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,6 +53,9 @@ type Mounted struct {
 	LogFile, OutFile string
 
 	proc *Proc
+	// dev is the mount's st_dev (0 if unknown), to find copies of it in
+	// other mount namespaces (leakedCopies).
+	dev uint64
 
 	mu   sync.Mutex
 	done bool
@@ -118,26 +122,28 @@ func (m *Mounted) finish(t testing.TB, unmount, explicit bool) {
 		return
 	}
 	m.done = true
-	// The daemon has DaemonExitTimeout from the moment its mount is gone.
-	// umount(8) may take a while on a loaded machine (it forks, execs and
-	// reads the whole mount table, and retries while a process forked by
-	// a parallel test holds a copy of an fd on the mount): its time is not
-	// the daemon's. It cannot hang for good either: a daemon that does not
-	// answer its stat makes runUmount time out and detach the mount.
+	// The daemon has DaemonExitTimeout from the moment its mount is
+	// gone: umount(8) first (it waits for the kernel to let go of the
+	// mount, which on a loaded machine can take a while, and gives up
+	// after umountTimeout with a lazy detach: a daemon that stopped
+	// answering blocks it), then the wait.
 	if unmount && IsMounted(m.Dir) {
 		if err := runUmount(m.Dir); err != nil {
 			t.Errorf("%v", err)
 		}
 	}
 	if m.proc != nil {
-		if !m.proc.Wait(DaemonExitTimeout) {
-			threads := ThreadStates(m.PID)
-			// SIGQUIT: the Go runtime writes every goroutine's stack
-			// to the daemon's stderr, the --log file shown below.
-			if m.proc.Signal(unix.SIGQUIT) != nil || !m.proc.Wait(DaemonExitTimeout) {
+		if !m.proc.Wait(DaemonExitTimeout) && m.detachCopies(t) {
+			m.proc.Wait(DaemonExitTimeout)
+		}
+		if !m.proc.Wait(0) {
+			// Its goroutines go to the --log file, which the
+			// failure shows, before it is killed.
+			m.proc.Signal(unix.SIGQUIT)
+			if !m.proc.Wait(5 * time.Second) {
 				m.proc.Kill()
 			}
-			t.Errorf("daemon %d outlived its mount %s by %v: killed it (SIGQUIT, its goroutines are in its log); its threads were:\n%s", m.PID, m.Dir, DaemonExitTimeout, threads)
+			t.Errorf("daemon %d outlived its mount %s by %v: killed it", m.PID, m.Dir, DaemonExitTimeout)
 		} else if ok, known, desc := m.proc.Status(); !ok {
 			if known || explicit {
 				t.Errorf("daemon %d of %s: %s", m.PID, m.Dir, desc)
@@ -154,6 +160,83 @@ func (m *Mounted) finish(t testing.TB, unmount, explicit bool) {
 	if t.Failed() {
 		t.Logf("goverlay output and log of %s:\n%s", m.Dir, m.logs())
 	}
+}
+
+// detachCopies handles a daemon that outlived its unmount because its
+// mount is not gone: a process of another test (podman, unshare) made a
+// mount namespace while the mount was there, and its copy of the mount
+// keeps the FUSE connection, and so the daemon, alive, as the kernel
+// wants. Each such copy is detached from inside its namespace, after which
+// the daemon must exit as usual. It reports whether it found any.
+func (m *Mounted) detachCopies(t testing.TB) bool {
+	t.Helper()
+	if m.dev == 0 {
+		return false
+	}
+	want := fmt.Sprintf(" %d:%d ", unix.Major(m.dev), unix.Minor(m.dev))
+	me, _ := os.Readlink("/proc/self/ns/mnt")
+	seen := map[string]bool{me: true}
+	found := false
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		ns, err := os.Readlink(p + "/ns/mnt")
+		if err != nil || seen[ns] {
+			continue
+		}
+		seen[ns] = true
+		data, err := os.ReadFile(p + "/mountinfo")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 5 || !strings.Contains(line, want) {
+				continue
+			}
+			found = true
+			err := detachIn(p, unescapeMountinfo(f[4]))
+			t.Logf("the mount %s lived on at %s in the mount namespace of %s (%s): detached it (%v)", m.Dir, f[4], p, ns, err)
+		}
+	}
+	return found
+}
+
+// detachIn detaches the mount at path in the mount namespace of process
+// proc ("/proc/PID"), path being relative to that process's root, as its
+// mountinfo shows it. It runs on a thread of its own that enters the
+// namespace and is never handed back to the scheduler: it ends with the
+// goroutine.
+func detachIn(proc, path string) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		root, err := unix.Open(proc+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer unix.Close(root)
+		ns, err := unix.Open(proc+"/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer unix.Close(ns)
+		for _, step := range []func() error{
+			func() error { return unix.Unshare(unix.CLONE_FS) },
+			func() error { return unix.Setns(ns, unix.CLONE_NEWNS) },
+			func() error { return unix.Fchdir(root) },
+			func() error { return unix.Chroot(".") },
+			func() error { return unix.Unmount(path, unix.MNT_DETACH) },
+		} {
+			if err := step(); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	return <-errc
 }
 
 // logs is the mount command's output and the daemon's log.
@@ -282,28 +365,4 @@ func Tmpfs(t testing.TB) string {
 		t.Fatalf("mount tmpfs: %v: %s", err, out)
 	}
 	return dir
-}
-
-// ThreadStates describes what each thread of process pid is doing: its
-// state, the kernel function it waits in and its kernel stack, for the
-// report of a daemon that does not exit.
-func ThreadStates(pid int) string {
-	var b strings.Builder
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
-	for _, task := range tasks {
-		stat, _ := os.ReadFile(filepath.Join(task, "stat"))
-		wchan, _ := os.ReadFile(filepath.Join(task, "wchan"))
-		stack, _ := os.ReadFile(filepath.Join(task, "stack"))
-		st := string(stat)
-		if i := strings.LastIndexByte(st, ')'); i >= 0 && i+3 <= len(st) {
-			st = st[i+2 : i+3]
-		}
-		fmt.Fprintf(&b, "  %s %s %s\n", filepath.Base(task), st, wchan)
-		for _, l := range strings.Split(strings.TrimSpace(string(stack)), "\n") {
-			if l != "" {
-				fmt.Fprintf(&b, "      %s\n", l)
-			}
-		}
-	}
-	return b.String()
 }

@@ -58,18 +58,8 @@ func Track(pid int, name string) (*Proc, error) {
 	return p, nil
 }
 
-// exitGrace is how much longer Wait waits for a process that has begun to
-// exit when its timeout runs out. exit_group(2) returns nothing to the
-// process, but the kernel still has to stop each of its threads and free
-// its memory: on a loaded machine (two cores and dozens of runnable tasks)
-// a race-enabled daemon that had already called exit_group took more than
-// ten seconds to be gone. Its decision to exit is what the callers check.
-const exitGrace = 60 * time.Second
-
 // Wait waits up to timeout for the process to exit and reports whether it
-// did. It blocks in poll(2) on the pidfd: no sleeping. A process still
-// there at the timeout but already exiting (PF_EXITING) is given exitGrace
-// more.
+// did. It blocks in poll(2) on the pidfd: no sleeping.
 func (p *Proc) Wait(timeout time.Duration) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -77,7 +67,6 @@ func (p *Proc) Wait(timeout time.Duration) bool {
 		return true
 	}
 	deadline := time.Now().Add(timeout)
-	graced := timeout == 0
 	for {
 		ms := int(time.Until(deadline) / time.Millisecond)
 		if ms < 0 {
@@ -86,11 +75,6 @@ func (p *Proc) Wait(timeout time.Duration) bool {
 		fds := []unix.PollFd{{Fd: int32(p.fd), Events: unix.POLLIN}}
 		n, err := unix.Poll(fds, ms)
 		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err == nil && n == 0 && !graced && p.exitingLocked() {
-			graced = true
-			deadline = time.Now().Add(exitGrace)
 			continue
 		}
 		if err != nil || n == 0 {
@@ -234,30 +218,4 @@ func findProcs(exe string, match func(string) bool) []int {
 		}
 	}
 	return out
-}
-
-// pfExiting is PF_EXITING of include/linux/sched.h: the task is in do_exit().
-const pfExiting = 0x4
-
-// exitingLocked reports whether the process has begun to exit: its main
-// thread's flags (field 9 of /proc/PID/stat) have PF_EXITING. The pidfd
-// keeps the PID from being reused while the process is not reaped.
-//
-// Preconditions: p.mu is held and p is not reaped.
-func (p *Proc) exitingLocked() bool {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/stat")
-	if err != nil {
-		return false
-	}
-	// The command name (field 2) is in parentheses and may hold spaces.
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 {
-		return false
-	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 7 {
-		return false
-	}
-	flags, err := strconv.ParseUint(f[6], 10, 64)
-	return err == nil && flags&pfExiting != 0
 }
