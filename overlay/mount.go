@@ -102,6 +102,10 @@ type FS struct {
 	keptIDs sync.Map // devIno → fs.StableAttr
 }
 
+// ErrInUse is New's error when the upperdir or workdir belongs to another
+// live mount (upper.ErrInUse).
+var ErrInUse = upper.ErrInUse
+
 // New opens the layers described by o. Nothing is mounted yet.
 func New(o Options) (*FS, error) {
 	if len(o.Lower) == 0 {

@@ -165,6 +165,9 @@ func serve(cfg *config, logger *log.Logger, logFile *os.File, rep *reporter) int
 	signal.Ignore(unix.SIGPIPE)
 
 	fsys, err := overlay.New(overlayOptions(cfg, geteuid(), logger))
+	if errors.Is(err, overlay.ErrInUse) {
+		return rep.fail(failf(exitBadLayer, "%w", err))
+	}
 	if err != nil {
 		return rep.fail(failf(exitMount, "cannot open the layers: %w; check that every layer is readable", err))
 	}
