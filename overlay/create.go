@@ -207,8 +207,13 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		return nil, errno(err)
 	}
 	t.mu.Lock()
-	tmp := t.tmp
+	tmp, gone := t.tmp, t.orphan || t.unlinked
 	t.mu.Unlock()
+	if gone {
+		// A file with no name left is not given one again (linkat(2)
+		// answers ENOENT but for an O_TMPFILE file).
+		return nil, syscall.ENOENT
+	}
 	if tmp {
 		err = t.linkTemp(pd, name, over)
 	} else {

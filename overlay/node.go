@@ -60,9 +60,12 @@ type node struct {
 	// openCached and openPassthrough count the open handles by I/O
 	// mode: the kernel refuses to mix the two on one inode (ETXTBSY).
 	openCached, openPassthrough int
-	// tmp marks an O_TMPFILE file not linked yet: it lives in the
-	// workdir (tmpfile.go).
+	// tmp marks a file that lives in the workdir: an O_TMPFILE file
+	// not linked yet (tmpfile.go), or an orphan.
 	tmp bool
+	// orphan marks an open file whose last name was removed: it was
+	// kept under a name in the workdir until its last close (orphan.go).
+	orphan bool
 }
 
 func (f *FS) newRoot() *node {

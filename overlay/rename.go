@@ -206,14 +206,16 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	unlock := lockNames(src, dst, replaced)
 	defer unlock()
+	keep := replaced.keepIfOpen(dd, newName)
 	if err := n.ofs.upper.Rename(sd, name, dd, newName, uint(flags), whiteout, over, opaque); err != nil {
+		replaced.dropKept(keep)
 		return errno(err)
 	}
 	src.moved(sd, name, dd, newName)
 	if dst != nil {
 		dst.moved(dd, newName, sd, name)
 	} else if replaced != nil {
-		replaced.removeLink(dd, newName)
+		replaced.nameRemoved(dd, newName, keep)
 	}
 	return 0
 }

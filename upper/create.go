@@ -483,7 +483,20 @@ func (l *Layer) CreateTemp(o Object) (string, int, error) {
 	return tmp, fd, nil
 }
 
-// RemoveTemp removes a file CreateTemp made.
+// Keep gives the file name in d a second name in the workdir and returns
+// it: the file then outlives the removal of name, as an open file outlives
+// its last name in a local filesystem. RemoveTemp drops it; a crash leaves
+// it to Open's cleaning of the workdir.
+func (l *Layer) Keep(d *lower.Dir, name string) (string, error) {
+	tmp := l.tmpName()
+	err := d.Do(func(fd int) error { return unix.Linkat(fd, name, l.wfd, tmp, 0) })
+	if err != nil {
+		return "", err
+	}
+	return tmp, nil
+}
+
+// RemoveTemp removes a file CreateTemp or Keep made.
 func (l *Layer) RemoveTemp(name string) error {
 	return unix.Unlinkat(l.wfd, name, 0)
 }
