@@ -63,6 +63,10 @@ type node struct {
 	// tmp marks a file that lives in the workdir: an O_TMPFILE file
 	// not linked yet (tmpfile.go), or an orphan.
 	tmp bool
+	// target is a symlink's target once read or made: a symlink never
+	// changes, and a path walk that met it just before its name was
+	// removed still follows it (Readlink).
+	target []byte
 	// orphan marks an open file whose last name was removed: it was
 	// kept under a name in the workdir until its last close (orphan.go).
 	orphan bool

@@ -118,17 +118,24 @@ func (m *Mounted) finish(t testing.TB, unmount, explicit bool) {
 		return
 	}
 	m.done = true
-	// umount(8) stats the mount point, so it blocks while the daemon does
-	// not answer: run it beside the wait for the daemon, whose kill (if
-	// it outlives the deadline) unblocks it.
-	var umountDone chan error
+	// The daemon has DaemonExitTimeout from the moment its mount is
+	// gone: umount(8) first (it waits for the kernel to let go of the
+	// mount, which on a loaded machine can take a while, and gives up
+	// after umountTimeout with a lazy detach: a daemon that stopped
+	// answering blocks it), then the wait.
 	if unmount && IsMounted(m.Dir) {
-		umountDone = make(chan error, 1)
-		go func() { umountDone <- runUmount(m.Dir) }()
+		if err := runUmount(m.Dir); err != nil {
+			t.Errorf("%v", err)
+		}
 	}
 	if m.proc != nil {
 		if !m.proc.Wait(DaemonExitTimeout) {
-			m.proc.Kill()
+			// Its goroutines go to the --log file, which the
+			// failure shows, before it is killed.
+			m.proc.Signal(unix.SIGQUIT)
+			if !m.proc.Wait(5 * time.Second) {
+				m.proc.Kill()
+			}
 			t.Errorf("daemon %d outlived its mount %s by %v: killed it", m.PID, m.Dir, DaemonExitTimeout)
 		} else if ok, known, desc := m.proc.Status(); !ok {
 			if known || explicit {
@@ -136,11 +143,6 @@ func (m *Mounted) finish(t testing.TB, unmount, explicit bool) {
 			} else {
 				t.Logf("daemon %d of %s: %s", m.PID, m.Dir, desc)
 			}
-		}
-	}
-	if umountDone != nil {
-		if err := <-umountDone; err != nil {
-			t.Errorf("%v", err)
 		}
 	}
 	if IsMounted(m.Dir) {
