@@ -85,6 +85,12 @@ func Open(u *lower.Layer, workPath string, o Options) (*Layer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open workdir %q: %w", workPath, err)
 	}
+	return OpenAt(u, wfd, workPath, o)
+}
+
+// OpenAt is Open with the workdir open already as wfd (lower.OpenUpper),
+// which it owns from then on.
+func OpenAt(u *lower.Layer, wfd int, workPath string, o Options) (*Layer, error) {
 	workdir := lower.NewDir(u, wfd)
 	ok := false
 	defer func() {
