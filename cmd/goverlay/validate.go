@@ -12,6 +12,8 @@ import (
 	"unicode"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/overlay"
 )
 
 // The checks below run before anything is mounted, so that a mistake ends
@@ -72,6 +74,9 @@ func validate(c *config) error {
 		return err
 	}
 	if err := checkKernelOverlays(c); err != nil {
+		return err
+	}
+	if err := checkSameMount(c); err != nil {
 		return err
 	}
 	if c.Upper != "" {
@@ -475,4 +480,31 @@ func unescapeMountinfo(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// checkSameMount refuses to mount on a mountpoint that a goverlay mount of
+// the same layers already holds: a second copy of a mount is a mistake (a
+// script run twice), not a stack. A goverlay with layers of its own, or
+// any other filesystem, stacks on a busy mountpoint as on any directory.
+// A mount with an upper layer is refused anyway, by the lock on it
+// (upper.ErrInUse); this check is what catches a read-only one.
+func checkSameMount(c *config) error {
+	s, err := overlay.ReadStats(c.Mountpoint)
+	if err != nil || len(s.Lower) != len(c.Lower) || (s.Upper == "") != (c.Upper == "") {
+		return nil // no goverlay there (or one too old to say its layers)
+	}
+	same := func(a, b string) bool {
+		sa, ea := statSync(a)
+		sb, eb := statSync(b)
+		return ea == nil && eb == nil && sa.dev == sb.dev && sa.ino == sb.ino
+	}
+	for i := range c.Lower {
+		if !same(c.Lower[i], s.Lower[i]) {
+			return nil
+		}
+	}
+	if c.Upper != "" && !same(c.Upper, s.Upper) {
+		return nil
+	}
+	return failf(exitBadLayer, "mountpoint %s already holds a goverlay mount of the same layers (pid %d); unmount it first, or mount elsewhere", show(c.Mountpoint), s.PID)
 }
