@@ -231,10 +231,15 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if tmp {
 		err = t.linkTemp(pd, name, over)
 	} else {
+		// The source name held (locMu) from here to the linkat.
+		t.locMu.RLock()
 		tp, tname := t.location()
-		if err = n.ofs.upper.Link(tp.Dir, tname, pd, name, over); err == nil {
+		if t.gone() {
+			err = syscall.ENOENT
+		} else if err = n.ofs.upper.Link(tp.Dir, tname, pd, name, over); err == nil {
 			t.addLink(lower.Member{Dir: pd}, name)
 		}
+		t.locMu.RUnlock()
 	}
 	if err != nil {
 		return nil, errno(err)

@@ -38,9 +38,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// O_NOATIME is for the file's owner; the daemon may not be.
 		fd, err = par.Open(name, bflags&^unix.O_NOATIME)
 	}
-	if err == nil && write {
+	if err == nil && write && n.ofs.raw.killRequested(ctx) {
 		// O_TRUNC by a caller without CAP_FSETID.
-		if err = n.killIfAsked(ctx); err != nil {
+		if err = n.killPrivs(); err != nil {
 			unix.Close(fd)
 		}
 	}

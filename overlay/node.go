@@ -31,9 +31,14 @@ type node struct {
 
 	// copyMu serialises the copy-up of this node.
 	copyMu sync.Mutex
-	// locMu is held for reading while a name of the node is used for a
-	// syscall, and for writing while a rename or unlink changes its
-	// names, so no syscall meets a name half moved.
+	// locMu is held for reading while a name of a non-directory node is
+	// used for a syscall (from reading the name to the syscall's
+	// return), and for writing while a rename or unlink changes its
+	// names, so no syscall meets a name half moved, or another file that
+	// took the name meanwhile. A directory is reached through its own
+	// fds, which follow it (lower.Dir.Moved). Never taken for reading
+	// twice by one request (a waiting writer would deadlock it): the
+	// *Locked and "Preconditions" functions expect it held.
 	locMu sync.RWMutex
 	// nosec is set once the file is known to carry no suid, sgid or
 	// security.capability (privs.NoSec).

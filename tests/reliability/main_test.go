@@ -35,8 +35,9 @@ import (
 
 func TestMain(m *testing.M) {
 	if arg := os.Getenv(typeRaceEnv); arg != "" {
-		// A worker process of TestTypeRace, not a test run.
-		os.Exit(typeRaceWorkerMain(arg))
+		// A worker process of TestTypeRace or TestNameRace, not a
+		// test run.
+		os.Exit(raceWorkerMain(arg))
 	}
 	testutil.Main(m)
 }

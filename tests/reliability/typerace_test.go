@@ -82,10 +82,18 @@ const typeRaceEnv = "GOVERLAY_TYPERACE_WORKER"
 // succeeded and the errors that are not legitimate.
 func typeRaceRun(t *testing.T, mnt string, seed int64, dur time.Duration) (int, []string) {
 	t.Helper()
+	return raceRun(t, fmt.Sprintf("types:%s:%d:%d", mnt, seed, dur.Milliseconds()), dur)
+}
+
+// raceRun runs a worker process with arg (raceWorkerMain), dropping the
+// caches every second; it returns the operations that succeeded and the
+// lines the workers printed otherwise.
+func raceRun(t *testing.T, arg string, dur time.Duration) (int, []string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), dur+2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s:%d:%d", typeRaceEnv, mnt, seed, dur.Milliseconds()))
+	cmd.Env = append(os.Environ(), typeRaceEnv+"="+arg)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -145,29 +153,44 @@ var typeRaceLegit = map[string][]unix.Errno{
 	"open":    {unix.ENOENT, unix.ENOTDIR, unix.ELOOP},
 }
 
-// typeRaceWorkerMain is the worker process: it chroots into the mount
-// and runs four workers; it prints each illegitimate error, then "ok N".
-func typeRaceWorkerMain(arg string) int {
+// raceWorkerMain is a worker process of TestTypeRace or TestNameRace:
+// arg is KIND:ROOT:SEED:MILLISECONDS[:EXTRA]. It chroots into the mount
+// at ROOT, so that the symlinks its workers make lead nowhere outside it
+// for them, and runs the workers.
+func raceWorkerMain(arg string) int {
 	f := strings.Split(arg, ":")
-	if len(f) != 3 {
+	if len(f) < 4 {
 		fmt.Fprintf(os.Stderr, "bad %s=%q\n", typeRaceEnv, arg)
 		return 2
 	}
-	seed, _ := strconv.ParseInt(f[1], 10, 64)
-	ms, _ := strconv.Atoi(f[2])
-	if err := unix.Chroot(f[0]); err != nil {
-		fmt.Fprintf(os.Stderr, "chroot %s: %v\n", f[0], err)
+	seed, _ := strconv.ParseInt(f[2], 10, 64)
+	ms, _ := strconv.Atoi(f[3])
+	if err := unix.Chroot(f[1]); err != nil {
+		fmt.Fprintf(os.Stderr, "chroot %s: %v\n", f[1], err)
 		return 2
 	}
 	if err := os.Chdir("/"); err != nil {
 		fmt.Fprintf(os.Stderr, "chdir: %v\n", err)
 		return 2
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(ms)*time.Millisecond)
+	defer cancel()
+	switch f[0] {
+	case "types":
+		return typeRaceWorkers(ctx, seed)
+	case "names":
+		return nameRaceWorkers(ctx, f[4:])
+	}
+	fmt.Fprintf(os.Stderr, "bad %s=%q\n", typeRaceEnv, arg)
+	return 2
+}
+
+// typeRaceWorkers runs four workers; it prints each illegitimate error,
+// then "ok N".
+func typeRaceWorkers(ctx context.Context, seed int64) int {
 	dirs := []string{"/d", "/d/s1", "/d/s2"}
 	names := []string{"a", "b", "c"}
 	targets := []string{"a", "../b", "/d/c", "/etc", "s1"}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(ms)*time.Millisecond)
-	defer cancel()
 	var mu sync.Mutex
 	ok := 0
 	var wg sync.WaitGroup
@@ -235,6 +258,122 @@ func typeRaceWorkerMain(arg string) int {
 					fmt.Printf("%s: %v\n", what, err)
 				}
 				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Printf("ok %d\n", ok)
+	return 0
+}
+
+// TestNameRace: workers change a file through its descriptor (fchmod,
+// fsetxattr, fremovexattr, ftruncate, pwrite, futimens) while others
+// rename a symlink to a canary outside the layers over its name, and a
+// new file over that: an operation must reach the file it was asked for,
+// never the symlink's target nor the file that took the name, so the
+// canary keeps its mode, size and attributes. The kernel overlay runs the
+// same workload.
+func TestNameRace(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Binary(t)
+	dur := pick(6*time.Second, 60*time.Second)
+	for _, kind := range []string{"goverlay", "kernel"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			canary := filepath.Join(t.TempDir(), "canary")
+			if err := os.WriteFile(canary, []byte("canary\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			st := newStack(t, 1, func(l []*testutil.Layer, _ *testutil.Layer) {
+				l[0].File("f", "lower f\n", 0o644)
+			})
+			var mnt string
+			if kind == "kernel" {
+				mnt = mountK(t, st)
+			} else {
+				mnt = mountG(t, st).Dir
+			}
+			ok, lines := raceRun(t, fmt.Sprintf("names:%s:0:%d:%s", mnt, dur.Milliseconds(), canary), dur)
+			t.Logf("%s: %d operations succeeded in %v", kind, ok, dur)
+			for _, l := range lines {
+				t.Errorf("%s: %s", kind, l)
+			}
+			if ok < 100 {
+				t.Errorf("only %d operations succeeded: the workload is not doing anything", ok)
+			}
+			var cst unix.Stat_t
+			if err := unix.Stat(canary, &cst); err != nil {
+				t.Fatal(err)
+			}
+			if cst.Mode&07777 != 0o600 || cst.Size != 7 {
+				t.Errorf("the canary outside the layers was changed through the mount: mode %o size %d, want 600 and 7", cst.Mode&07777, cst.Size)
+			}
+			if n, _ := unix.Listxattr(canary, make([]byte, 1024)); n > 0 {
+				t.Errorf("the canary outside the layers got attributes through the mount")
+			}
+		})
+	}
+}
+
+// nameRaceWorkers: four workers change /f through descriptors, two
+// rename a symlink to the canary (args[0]) and new files over /f. It
+// prints EIO and errors that are not an errno, then "ok N".
+func nameRaceWorkers(ctx context.Context, args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintf(os.Stderr, "names: want the canary's path\n")
+		return 2
+	}
+	canary := args[0]
+	var mu sync.Mutex
+	ok := 0
+	report := func(what string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil {
+			ok++
+			return
+		}
+		if e, isErrno := err.(unix.Errno); !isErrno || e == unix.EIO {
+			fmt.Printf("%s: %v\n", what, err)
+		}
+	}
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, g := fmt.Sprintf("/s%d", w), fmt.Sprintf("/g%d", w)
+			for ctx.Err() == nil {
+				unix.Unlink(s)
+				report("symlink", unix.Symlink(canary, s))
+				report("rename symlink over f", unix.Rename(s, "/f"))
+				fd, err := unix.Open(g, unix.O_CREAT|unix.O_WRONLY|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
+				if err == nil {
+					unix.Close(fd)
+				}
+				report("create", err)
+				report("rename file over f", unix.Rename(g, "/f"))
+			}
+		}()
+	}
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ts := []unix.Timespec{{Sec: 1000}, {Sec: 2000}}
+			for i := 0; ctx.Err() == nil; i++ {
+				fd, err := unix.Open("/f", unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+				if err != nil {
+					continue // a symlink there now (ELOOP), or nothing
+				}
+				report("fchmod", unix.Fchmod(fd, 0o640|uint32(w&1)<<2))
+				report("fsetxattr", unix.Fsetxattr(fd, "user.race", []byte("w"), 0))
+				report("fremovexattr", unix.Fremovexattr(fd, "user.race"))
+				report("ftruncate", unix.Ftruncate(fd, 0))
+				_, err = unix.Pwrite(fd, []byte("w"), 0)
+				report("pwrite", err)
+				report("futimens", unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH))
+				unix.Close(fd)
 			}
 		}()
 	}

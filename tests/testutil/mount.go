@@ -52,6 +52,9 @@ type Mounted struct {
 	LogFile, OutFile string
 
 	proc *Proc
+	// dev is the mount's st_dev (0 if unknown), to find copies of it in
+	// other mount namespaces (leakedCopies).
+	dev uint64
 
 	mu   sync.Mutex
 	done bool
@@ -129,7 +132,10 @@ func (m *Mounted) finish(t testing.TB, unmount, explicit bool) {
 		}
 	}
 	if m.proc != nil {
-		if !m.proc.Wait(DaemonExitTimeout) {
+		if !m.proc.Wait(DaemonExitTimeout) && m.detachCopies(t) {
+			m.proc.Wait(DaemonExitTimeout)
+		}
+		if !m.proc.Wait(0) {
 			// Its goroutines go to the --log file, which the
 			// failure shows, before it is killed.
 			m.proc.Signal(unix.SIGQUIT)
@@ -153,6 +159,45 @@ func (m *Mounted) finish(t testing.TB, unmount, explicit bool) {
 	if t.Failed() {
 		t.Logf("goverlay output and log of %s:\n%s", m.Dir, m.logs())
 	}
+}
+
+// detachCopies handles a daemon that outlived its unmount because its
+// mount is not gone: a process of another test (podman, unshare) made a
+// mount namespace while the mount was there, and its copy of the mount
+// keeps the FUSE connection, and so the daemon, alive, as the kernel
+// wants. Each such copy is detached from inside its namespace, after which
+// the daemon must exit as usual. It reports whether it found any.
+func (m *Mounted) detachCopies(t testing.TB) bool {
+	t.Helper()
+	if m.dev == 0 {
+		return false
+	}
+	want := fmt.Sprintf(" %d:%d ", unix.Major(m.dev), unix.Minor(m.dev))
+	me, _ := os.Readlink("/proc/self/ns/mnt")
+	seen := map[string]bool{me: true}
+	found := false
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		ns, err := os.Readlink(p + "/ns/mnt")
+		if err != nil || seen[ns] {
+			continue
+		}
+		seen[ns] = true
+		data, err := os.ReadFile(p + "/mountinfo")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 5 || !strings.Contains(line, want) {
+				continue
+			}
+			found = true
+			out, err := exec.Command("nsenter", "--mount="+p+"/ns/mnt", "umount", "-l", f[4]).CombinedOutput()
+			t.Logf("the mount %s lived on at %s in the mount namespace of %s (%s): detached it (%v %s)", m.Dir, f[4], p, ns, err, strings.TrimSpace(string(out)))
+		}
+	}
+	return found
 }
 
 // logs is the mount command's output and the daemon's log.
