@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -193,11 +194,49 @@ func (m *Mounted) detachCopies(t testing.TB) bool {
 				continue
 			}
 			found = true
-			out, err := exec.Command("nsenter", "--mount="+p+"/ns/mnt", "umount", "-l", f[4]).CombinedOutput()
-			t.Logf("the mount %s lived on at %s in the mount namespace of %s (%s): detached it (%v %s)", m.Dir, f[4], p, ns, err, strings.TrimSpace(string(out)))
+			err := detachIn(p, unescapeMountinfo(f[4]))
+			t.Logf("the mount %s lived on at %s in the mount namespace of %s (%s): detached it (%v)", m.Dir, f[4], p, ns, err)
 		}
 	}
 	return found
+}
+
+// detachIn detaches the mount at path in the mount namespace of process
+// proc ("/proc/PID"), path being relative to that process's root, as its
+// mountinfo shows it. It runs on a thread of its own that enters the
+// namespace and is never handed back to the scheduler: it ends with the
+// goroutine.
+func detachIn(proc, path string) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		root, err := unix.Open(proc+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer unix.Close(root)
+		ns, err := unix.Open(proc+"/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer unix.Close(ns)
+		for _, step := range []func() error{
+			func() error { return unix.Unshare(unix.CLONE_FS) },
+			func() error { return unix.Setns(ns, unix.CLONE_NEWNS) },
+			func() error { return unix.Fchdir(root) },
+			func() error { return unix.Chroot(".") },
+			func() error { return unix.Unmount(path, unix.MNT_DETACH) },
+		} {
+			if err := step(); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	return <-errc
 }
 
 // logs is the mount command's output and the daemon's log.
