@@ -34,6 +34,8 @@ type Layer struct {
 	Override OverrideMode
 
 	root *Dir
+	// cloned: opened through a private clone of its mount (mounts.go).
+	cloned bool
 }
 
 // Counters counts, for one layer, how lookups got their answers.
@@ -50,17 +52,25 @@ type Counters struct {
 
 // OpenLayer opens the root of a layer. The directory fd it keeps is the
 // anchor of every later access to the layer.
+//
+// An upper layer is opened in place: a clone of its own would not share
+// a mount with its workdir (OpenUpper opens both).
 func OpenLayer(path string, index int, upper bool) (*Layer, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, cloned, err := openRoot(path, !upper)
 	if err != nil {
 		return nil, fmt.Errorf("open layer %q: %w", path, err)
 	}
+	return newLayer(path, index, upper, fd, cloned)
+}
+
+// newLayer makes the layer whose root is fd, which it owns.
+func newLayer(path string, index int, upper bool, fd int, cloned bool) (*Layer, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("stat layer %q: %w", path, err)
 	}
-	l := &Layer{Index: index, Path: path, Dev: st.Dev, Upper: upper}
+	l := &Layer{Index: index, Path: path, Dev: st.Dev, Upper: upper, cloned: cloned}
 	l.root = &Dir{Layer: l, fd: fd}
 	l.Caches = NewCaches()
 	return l, nil
@@ -195,14 +205,25 @@ func (d *Dir) reopenLocked() error {
 }
 
 // openDirAt opens directory name in dirfd without following a symlink.
+// A mount on the directory (a layer opened in place, mounts.go) is not
+// entered: EXDEV.
 func openDirAt(dirfd int, name string) (int, error) {
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := openat2Dir(dirfd, name, unix.O_RDONLY)
 	if errors.Is(err, unix.EACCES) {
 		// A directory we may search but not read (rootless, mode
 		// 0311): O_PATH still anchors *at calls.
-		fd, err = unix.Openat(dirfd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		fd, err = openat2Dir(dirfd, name, unix.O_PATH)
 	}
 	return fd, err
+}
+
+// openat2Dir opens directory name in dirfd with flags, neither following
+// a symlink nor crossing into a mount.
+func openat2Dir(dirfd int, name string, flags int) (int, error) {
+	return unix.Openat2(dirfd, name, &unix.OpenHow{
+		Flags:   uint64(flags | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC),
+		Resolve: unix.RESOLVE_NO_XDEV,
+	})
 }
 
 // closeIdleLocked closes an unpinned fd for the cache.

@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"context"
+	"strconv"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -37,10 +38,49 @@ var _ = (fs.NodeSetattrer)((*node)(nil))
 // the data when the file is truncated to 0).
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	size, hasSize := in.GetSize()
-	d, name, err := n.toUpper(ctx, !hasSize || size > 0)
+	d, _, err := n.toUpper(ctx, !hasSize || size > 0)
 	if err != nil {
 		return errno(err)
 	}
+	if e := n.withUpperName(d, func(d *lower.Dir, name string) syscall.Errno {
+		return n.setattrAt(f, d, name, in)
+	}); e != 0 {
+		return e
+	}
+	var st unix.Stat_t
+	if err := n.stat(&st); err != nil {
+		return errno(err)
+	}
+	if in.Valid&(fuse.FATTR_MODE|fuse.FATTR_UID|fuse.FATTR_GID) != 0 {
+		n.refreshFastExec()
+	}
+	n.fillAttr(&st, &out.Attr)
+	out.SetTimeout(n.attrTimeout())
+	return 0
+}
+
+// withUpperName calls fn with where n is in the upper layer, after its
+// copy-up: a directory's own instance d (name ""), or a non-directory's
+// directory and name, held for the call (locMu) so that no rename or
+// unlink moves it in between.
+func (n *node) withUpperName(d *lower.Dir, fn func(d *lower.Dir, name string) syscall.Errno) syscall.Errno {
+	if n.isDir() {
+		return fn(d, "")
+	}
+	n.locMu.RLock()
+	defer n.locMu.RUnlock()
+	if n.gone() {
+		return syscall.ENOENT
+	}
+	par, name := n.location()
+	return fn(par.Dir, name)
+}
+
+// setattrAt applies in to n, which is name in the upper directory d.
+//
+// Preconditions: n.locMu is held for reading (withUpperName).
+func (n *node) setattrAt(f fs.FileHandle, d *lower.Dir, name string, in *fuse.SetAttrIn) syscall.Errno {
+	size, hasSize := in.GetSize()
 	if m, ok := in.GetMode(); ok {
 		done, err := n.ofs.setattrOverride(d, name, &m, -1, -1)
 		if err == nil && !done {
@@ -98,24 +138,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if n.ofs.writeback.Load() {
 		// Not between keepMtime's fstat and futimens.
 		n.timesMu.Lock()
-		err = setTimes(d, name, in)
-		n.timesMu.Unlock()
-	} else {
-		err = setTimes(d, name, in)
+		defer n.timesMu.Unlock()
 	}
-	if err != nil {
-		return errno(err)
-	}
-	var st unix.Stat_t
-	if err := n.stat(&st); err != nil {
-		return errno(err)
-	}
-	if in.Valid&(fuse.FATTR_MODE|fuse.FATTR_UID|fuse.FATTR_GID) != 0 {
-		n.refreshFastExec()
-	}
-	n.fillAttr(&st, &out.Attr)
-	out.SetTimeout(n.attrTimeout())
-	return 0
+	return errno(setTimes(d, name, in))
 }
 
 // nameOrDot makes "" (the directory itself) usable as an *at path.
@@ -126,8 +151,33 @@ func nameOrDot(name string) string {
 	return name
 }
 
+// chmodAt changes the mode of name in d (d itself for ""), never of what a
+// symlink there points to: fchmodat2(AT_SYMLINK_NOFOLLOW), or before Linux
+// 6.6 the object opened O_PATH|O_NOFOLLOW and changed through its /proc
+// link. Linux gives symlinks no mode of their own: EOPNOTSUPP.
 func chmodAt(d *lower.Dir, name string, mode uint32) error {
-	return d.Do(func(fd int) error { return unix.Fchmodat(fd, nameOrDot(name), mode, 0) })
+	return d.Do(func(fd int) error {
+		if name == "" {
+			return unix.Fchmodat(fd, ".", mode, 0)
+		}
+		err := unix.Fchmodat(fd, name, mode, unix.AT_SYMLINK_NOFOLLOW)
+		if err != unix.EOPNOTSUPP {
+			return err
+		}
+		pfd, err := unix.Openat(fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(pfd)
+		var st unix.Stat_t
+		if err := unix.Fstat(pfd, &st); err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return unix.EOPNOTSUPP
+		}
+		return unix.Chmod("/proc/self/fd/"+strconv.Itoa(pfd), mode)
+	})
 }
 
 // truncate sets a regular file's size, through the caller's handle when it
@@ -184,18 +234,20 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 			return errno(err)
 		}
 	}
-	d, name, err := n.toUpper(ctx, true)
+	d, _, err := n.toUpper(ctx, true)
 	if err != nil {
 		return errno(err)
 	}
-	err = xattrPath(d, name, func(p string, follow bool) error {
-		if follow {
-			return xattr.SetWithFlags(p, attr, data, int(flags))
-		}
-		return xattr.LSetWithFlags(p, attr, data, int(flags))
+	e := n.withUpperName(d, func(d *lower.Dir, name string) syscall.Errno {
+		return errno(xattrPath(d, name, func(p string, follow bool) error {
+			if follow {
+				return xattr.SetWithFlags(p, attr, data, int(flags))
+			}
+			return xattr.LSetWithFlags(p, attr, data, int(flags))
+		}))
 	})
 	n.xattrChanged(attr)
-	return errno(err)
+	return e
 }
 
 var _ = (fs.NodeRemovexattrer)((*node)(nil))
@@ -209,18 +261,20 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if _, errno := n.Getxattr(ctx, attr, nil); errno != 0 && errno != syscall.ERANGE {
 		return errno
 	}
-	d, name, err := n.toUpper(ctx, true)
+	d, _, err := n.toUpper(ctx, true)
 	if err != nil {
 		return errno(err)
 	}
-	err = xattrPath(d, name, func(p string, follow bool) error {
-		if follow {
-			return xattr.Remove(p, attr)
-		}
-		return xattr.LRemove(p, attr)
+	e := n.withUpperName(d, func(d *lower.Dir, name string) syscall.Errno {
+		return errno(xattrPath(d, name, func(p string, follow bool) error {
+			if follow {
+				return xattr.Remove(p, attr)
+			}
+			return xattr.LRemove(p, attr)
+		}))
 	})
 	n.xattrChanged(attr)
-	return errno(err)
+	return e
 }
 
 // xattrPath calls op with the /proc path of entry name in d, or of d itself

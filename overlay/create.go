@@ -101,22 +101,25 @@ func (n *node) create(ctx context.Context, name string, o upper.Object, out *fus
 	// below); doing the same keeps the two uppers alike.
 	isDir := o.Mode&unix.S_IFMT == unix.S_IFDIR
 	o.Opaque = isDir && (over != upper.OverNothing || (!n.ofs.opts.RedirectDirOff && n.merged()))
-	fd, err := n.ofs.upper.Create(pd, name, o, over)
+	e := &lower.Entry{Parent: lower.Member{Dir: pd}}
+	// The reply describes the object made, as it was made: its stat
+	// comes from the object itself, not from name, which another
+	// request may have given to something else by now.
+	fd, err := n.ofs.upper.CreateStat(pd, name, o, over, &e.Stat)
 	if err != nil {
 		return nil, -1, errno(err)
 	}
-	e := &lower.Entry{Parent: lower.Member{Dir: pd}}
-	if fd >= 0 {
-		// The new file's own fd: no name to look up again.
-		if err = unix.Fstat(fd, &e.Stat); err == nil {
-			pd.ApplyOverride(name, &e.Stat)
-		}
-	} else {
-		err = pd.StatOverride(name, &e.Stat)
-	}
-	if err == nil && e.IsDir() {
+	if e.IsDir() {
 		var d *lower.Dir
 		if d, err = pd.OpenDir(name); err == nil {
+			var st unix.Stat_t
+			if err = d.StatSelf(&st); err == nil && (st.Dev != e.Stat.Dev || st.Ino != e.Stat.Ino) {
+				// Not the directory made: it is gone already.
+				err = syscall.ENOENT
+			}
+			if err != nil {
+				d.Close()
+			}
 			e.Chain = lower.Chain{{Dir: d}}
 		}
 	}
@@ -129,8 +132,19 @@ func (n *node) create(ctx context.Context, name string, o upper.Object, out *fus
 	// A new object has no inode number from before a copy-up to look
 	// for: its identity is its own.
 	sa := fs.StableAttr{Mode: e.Stat.Mode & unix.S_IFMT, Ino: n.ofs.ino.ino(e.Stat.Dev, e.Stat.Ino)}
+	if !e.IsDir() {
+		// A node the mount knows under this inode number stands for
+		// a file that is gone (its number was free to be reused): it
+		// must not be taken for the new object.
+		n.ofs.staleUpperFile(&e.Stat, &sa)
+	}
 	child := n.newChildAs(ctx, name, e, sa)
 	c := child.Operations().(*node)
+	if o.Target != "" {
+		c.mu.Lock()
+		c.target = []byte(o.Target)
+		c.mu.Unlock()
+	}
 	if fd >= 0 && e.Stat.Mode&(unix.S_ISUID|unix.S_ISGID) == 0 {
 		// A new file has no capability and no set-id bit: known clean
 		// from the start, so the GETXATTR(security.capability) the
@@ -207,15 +221,25 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		return nil, errno(err)
 	}
 	t.mu.Lock()
-	tmp := t.tmp
+	tmp, gone := t.tmp, t.orphan || t.unlinked
 	t.mu.Unlock()
+	if gone {
+		// A file with no name left is not given one again (linkat(2)
+		// answers ENOENT but for an O_TMPFILE file).
+		return nil, syscall.ENOENT
+	}
 	if tmp {
 		err = t.linkTemp(pd, name, over)
 	} else {
+		// The source name held (locMu) from here to the linkat.
+		t.locMu.RLock()
 		tp, tname := t.location()
-		if err = n.ofs.upper.Link(tp.Dir, tname, pd, name, over); err == nil {
+		if t.gone() {
+			err = syscall.ENOENT
+		} else if err = n.ofs.upper.Link(tp.Dir, tname, pd, name, over); err == nil {
 			t.addLink(lower.Member{Dir: pd}, name)
 		}
+		t.locMu.RUnlock()
 	}
 	if err != nil {
 		return nil, errno(err)

@@ -39,9 +39,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// O_NOATIME is for the file's owner; the daemon may not be.
 		fd, err = par.Open(name, bflags&^unix.O_NOATIME)
 	}
-	if err == nil && write {
+	if err == nil && write && n.ofs.raw.killRequested(ctx) {
 		// O_TRUNC by a caller without CAP_FSETID.
-		if err = n.killIfAsked(ctx); err != nil {
+		if err = n.killPrivs(); err != nil {
 			unix.Close(fd)
 		}
 	}
@@ -64,14 +64,32 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 
 var _ = (fs.NodeReadlinker)((*node)(nil))
 
-// Readlink reads the topmost instance of a symlink.
+// Readlink reads the topmost instance of a symlink. A path walk may follow
+// a symlink whose name another request has just removed, or given to
+// something else: the answer is the symlink's own target, as on a local
+// filesystem, never what the name holds now.
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	n.mu.Lock()
+	t := n.target
+	n.mu.Unlock()
+	if t != nil {
+		return t, 0
+	}
 	n.locMu.RLock()
 	defer n.locMu.RUnlock()
+	if n.gone() {
+		return nil, syscall.ENOENT
+	}
 	parent, name := n.location()
 	if parent.Dir == nil {
 		return nil, syscall.EINVAL
 	}
 	b, err := parent.Readlink(name)
-	return b, errno(err)
+	if err != nil {
+		return nil, errno(err)
+	}
+	n.mu.Lock()
+	n.target = b
+	n.mu.Unlock()
+	return b, 0
 }

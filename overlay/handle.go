@@ -67,10 +67,27 @@ var (
 
 // current returns the fd to use, switching to the upper file when the node
 // was copied up since the handle was opened.
+//
+// Lock order: locMu, then h.mu (Setattr truncates through a handle with
+// locMu held).
 func (h *handle) current() (int, error) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if h.upper {
+		fd := h.fd
+		h.mu.Unlock()
+		return fd, nil
+	}
+	h.mu.Unlock()
+	h.n.locMu.RLock()
+	defer h.n.locMu.RUnlock()
+	return h.currentLocked()
+}
+
+// currentLocked is current with h.n.locMu held for reading.
+func (h *handle) currentLocked() (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.upper || h.n.gone() {
 		return h.fd, nil
 	}
 	par, name := h.n.location()
@@ -142,6 +159,11 @@ func (n *node) strippable(fd int) bool {
 	var st unix.Stat_t
 	if unix.Fstat(fd, &st) == nil && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
 		return true
+	}
+	n.locMu.RLock()
+	defer n.locMu.RUnlock()
+	if n.gone() {
+		return false
 	}
 	par, name := n.location()
 	_, err := par.Getxattr(name, privs.CapabilityXattr)
@@ -283,8 +305,10 @@ func (h *handle) stat(st *unix.Stat_t) error {
 }
 
 // truncate sets the size through the handle.
+//
+// Preconditions: h.n.locMu is held for reading.
 func (h *handle) truncate(size uint64) error {
-	fd, err := h.current()
+	fd, err := h.currentLocked()
 	if err != nil {
 		return err
 	}

@@ -89,6 +89,11 @@ type upperFiles struct {
 // new file's) does not count; then sa gets a generation its node does not
 // have, so that go-fuse, which finds nodes by (Ino, Gen), does not take
 // the new file for the old one.
+//
+// A node of another type than e is stale as well: the inode number it
+// was known by now belongs to e (removed, and reused by the filesystem,
+// while the kernel still knew the node), and go-fuse would answer e with
+// the old node, whose type the kernel then finds wrong (EIO).
 func (f *FS) knownUpperFile(e *lower.Entry, sa *fs.StableAttr) *node {
 	v, _ := f.upperFiles.nodes.Load(devIno{e.Stat.Dev, e.Stat.Ino})
 	x, _ := v.(*node)
@@ -96,6 +101,9 @@ func (f *FS) knownUpperFile(e *lower.Entry, sa *fs.StableAttr) *node {
 		return nil
 	}
 	x.mu.Lock()
+	if x.StableAttr().Mode != sa.Mode && !x.tmp {
+		x.unlinked = true
+	}
 	gone := x.unlinked
 	x.mu.Unlock()
 	if gone {
@@ -103,6 +111,21 @@ func (f *FS) knownUpperFile(e *lower.Entry, sa *fs.StableAttr) *node {
 		return nil
 	}
 	return x
+}
+
+// staleUpperFile marks the node the mount knows for the upper file st, if
+// any, as gone, and gives sa a generation of its own: st is a new object,
+// so whatever node had its inode number stood for a file removed since.
+func (f *FS) staleUpperFile(st *unix.Stat_t, sa *fs.StableAttr) {
+	v, _ := f.upperFiles.nodes.Load(devIno{st.Dev, st.Ino})
+	x, _ := v.(*node)
+	if x == nil || x.StableAttr().Ino != sa.Ino {
+		return
+	}
+	x.mu.Lock()
+	x.unlinked = true
+	x.mu.Unlock()
+	sa.Gen = x.StableAttr().Gen + 1
 }
 
 // registerUpperFile records n as the node of the upper file st.

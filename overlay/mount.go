@@ -126,6 +126,10 @@ type FS struct {
 	redirectWarned atomic.Int64
 }
 
+// ErrInUse is New's error when the upperdir or workdir belongs to another
+// live mount (upper.ErrInUse).
+var ErrInUse = upper.ErrInUse
+
 // New opens the layers described by o. Nothing is mounted yet.
 func New(o Options) (*FS, error) {
 	if len(o.Lower) == 0 {
@@ -138,13 +142,22 @@ func New(o Options) (*FS, error) {
 	if f.log == nil {
 		f.log = log.New(os.Stderr, "goverlay: ", 0)
 	}
-	paths := o.Lower
+	wfd := -1
 	if o.Upper != "" {
-		paths = append([]string{o.Upper}, o.Lower...)
-	}
-	for i, p := range paths {
-		l, err := lower.OpenLayer(p, i, o.Upper != "" && i == 0)
+		// The upper layer and its workdir, through one clone of their
+		// mount (lower/mounts.go).
+		l, fd, err := lower.OpenUpper(o.Upper, o.Work)
 		if err != nil {
+			return nil, err
+		}
+		f.layers, wfd = append(f.layers, l), fd
+	}
+	for _, p := range o.Lower {
+		l, err := lower.OpenLayer(p, len(f.layers), false)
+		if err != nil {
+			if wfd >= 0 {
+				unix.Close(wfd)
+			}
 			f.Close()
 			return nil, err
 		}
@@ -156,7 +169,7 @@ func New(o Options) (*FS, error) {
 		if o.UserXattr {
 			prefix = lower.UserPrefix
 		}
-		u, err := upper.Open(f.layers[0], o.Work, upper.Options{XattrPrefix: prefix, NoFsync: o.NoFsync})
+		u, err := upper.OpenAt(f.layers[0], wfd, o.Work, upper.Options{XattrPrefix: prefix, NoFsync: o.NoFsync})
 		if err != nil {
 			f.Close()
 			return nil, err
@@ -164,6 +177,11 @@ func New(o Options) (*FS, error) {
 		f.upper = u
 		if u.Whiteouts != upper.KernelWhiteouts {
 			f.log.Printf("upper %s refuses char 0/0 whiteouts: deletions are written as .wh. files", o.Upper)
+		}
+	}
+	for _, l := range f.layers {
+		if !l.Cloned() && o.Debug {
+			f.log.Printf("layer %s is used in place (no private clone of its mount: open_tree(2) needs CAP_SYS_ADMIN): mounts inside it are not entered (EXDEV)", l.Path)
 		}
 	}
 	if err := f.setupOverrides(); err != nil {

@@ -34,9 +34,14 @@ type node struct {
 	copyMu sync.Mutex
 	// timesMu serialises setting a file's times with keepMtime.
 	timesMu sync.Mutex
-	// locMu is held for reading while a name of the node is used for a
-	// syscall, and for writing while a rename or unlink changes its
-	// names, so no syscall meets a name half moved.
+	// locMu is held for reading while a name of a non-directory node is
+	// used for a syscall (from reading the name to the syscall's
+	// return), and for writing while a rename or unlink changes its
+	// names, so no syscall meets a name half moved, or another file that
+	// took the name meanwhile. A directory is reached through its own
+	// fds, which follow it (lower.Dir.Moved). Never taken for reading
+	// twice by one request (a waiting writer would deadlock it): the
+	// *Locked and "Preconditions" functions expect it held.
 	locMu sync.RWMutex
 	// nosec is set once the file is known to carry no suid, sgid or
 	// security.capability (privs.NoSec).
@@ -64,9 +69,16 @@ type node struct {
 	// openCached and openPassthrough count the open handles by I/O
 	// mode: the kernel refuses to mix the two on one inode (ETXTBSY).
 	openCached, openPassthrough int
-	// tmp marks an O_TMPFILE file not linked yet: it lives in the
-	// workdir (tmpfile.go).
+	// tmp marks a file that lives in the workdir: an O_TMPFILE file
+	// not linked yet (tmpfile.go), or an orphan.
 	tmp bool
+	// target is a symlink's target once read or made: a symlink never
+	// changes, and a path walk that met it just before its name was
+	// removed still follows it (Readlink).
+	target []byte
+	// orphan marks an open file whose last name was removed: it was
+	// kept under a name in the workdir until its last close (orphan.go).
+	orphan bool
 }
 
 func (f *FS) newRoot() *node {

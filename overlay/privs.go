@@ -3,6 +3,7 @@ package overlay
 import (
 	"context"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -15,6 +16,8 @@ import (
 // asks once per inode and attribute refresh; this makes the ask cheap too:
 // once a check found the file clean, NoSec answers until something that can
 // change it happens (invalidateNoSec).
+//
+// Preconditions: n.locMu is held for reading.
 func (n *node) killPrivs() error {
 	c := &n.ofs.privs
 	if n.nosec.Known() {
@@ -25,10 +28,15 @@ func (n *node) killPrivs() error {
 }
 
 // killPrivsNow strips n whatever NoSec says.
+//
+// Preconditions: n.locMu is held for reading.
 func (n *node) killPrivsNow() error {
 	c := &n.ofs.privs
 	c.Checks.Add(1)
 	gen := n.nosec.Begin()
+	if n.gone() {
+		return syscall.ENOENT
+	}
 	par, name := n.location()
 	var st unix.Stat_t
 	if err := par.Stat(name, &st); err != nil {
@@ -61,6 +69,8 @@ func (n *node) killIfAsked(ctx context.Context) error {
 	if !n.ofs.raw.killRequested(ctx) {
 		return nil
 	}
+	n.locMu.RLock()
+	defer n.locMu.RUnlock()
 	return n.killPrivs()
 }
 

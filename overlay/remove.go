@@ -85,9 +85,11 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errn
 	if err != nil {
 		return errno(err)
 	}
+	var keep string
 	if child != nil {
 		child.locMu.Lock()
 		defer child.locMu.Unlock()
+		keep = child.keepIfOpen(pd, name)
 	}
 	if e.Parent.Layer.Upper {
 		err = n.ofs.upper.Remove(pd, name, isDir, below)
@@ -95,11 +97,12 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errn
 		err = n.ofs.upper.Whiteout(pd, name)
 	}
 	if err != nil {
+		child.dropKept(keep)
 		return errno(err)
 	}
 	if child != nil {
 		// Its other names, if any, go on.
-		child.removeLink(pd, name)
+		child.nameRemoved(pd, name, keep)
 	}
 	if below {
 		n.ofs.stats.whiteouts.Add(1)

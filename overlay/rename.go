@@ -272,8 +272,10 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	unlock := lockNames(src, dst, replaced)
 	defer unlock()
+	keep := replaced.keepIfOpen(dd, newName)
 	ro := upper.RenameOptions{Flags: uint(flags), Whiteout: whiteout, Over: over, Opaque: opaque}
 	if err := n.ofs.upper.Rename(sd, name, dd, newName, ro, &undo); err != nil {
+		replaced.dropKept(keep)
 		return errno(err)
 	}
 	srcMove.commit()
@@ -284,7 +286,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if dst != nil {
 		dst.moved(dd, newName, sd, name)
 	} else if replaced != nil {
-		replaced.removeLink(dd, newName)
+		replaced.nameRemoved(dd, newName, keep)
 	}
 	return 0
 }

@@ -16,6 +16,10 @@ import (
 type Stats struct {
 	Mountpoint string `json:"mountpoint"`
 	PID        int    `json:"pid"`
+	// Lower and Upper are the mount's layers as given, lowers topmost
+	// first (Upper is empty for a read-only mount).
+	Lower []string `json:"lowerdir"`
+	Upper string   `json:"upperdir,omitempty"`
 
 	// NoSec is whether FUSE_HANDLE_KILLPRIV_V2 was negotiated, and why.
 	NoSec       bool   `json:"nosec"`
@@ -133,6 +137,7 @@ func (f *FS) serveStats(mountpoint string, pid int) (net.Listener, error) {
 			}
 			s := f.Stats()
 			s.Mountpoint, s.PID = mountpoint, pid
+			s.Lower, s.Upper = f.opts.Lower, f.opts.Upper
 			c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 			json.NewEncoder(c).Encode(s)
 			c.Close()

@@ -69,12 +69,15 @@ func (t *node) linkTemp(d *lower.Dir, name string, over upper.Over) error {
 }
 
 // dropTemp removes the body of an O_TMPFILE file that was closed without
-// ever being linked.
+// ever being linked, or of an orphan (orphan.go), once no handle is open.
 //
 // Preconditions: t.mu is held.
 func (t *node) dropTempLocked() {
 	if t.tmp && t.openCached == 0 && t.openPassthrough == 0 {
 		t.ofs.upper.RemoveTemp(t.firstLinkLocked().name)
 		t.tmp = false
+		if t.orphan {
+			t.unlinked = true
+		}
 	}
 }

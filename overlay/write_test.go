@@ -320,7 +320,7 @@ func TestRenameLowerDirWithRedirect(t *testing.T) {
 	write(t, lo+"/other/z", "Z")
 	up, work := t.TempDir(), t.TempDir()
 	o := Options{Lower: []string{lo}, Upper: up, Work: work}
-	mnt := mountT(t, o)
+	mnt, f := mountFS(t, o)
 	if err := os.Rename(mnt+"/dir", mnt+"/moved"); err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +360,12 @@ func TestRenameLowerDirWithRedirect(t *testing.T) {
 		t.Errorf("no whiteout at the old name")
 	}
 
-	// A second mount of the same layers (only read from now on).
+	// A second mount of the same layers (only read from now on), once
+	// the first has let go of the upper layer (it holds it locked).
+	if err := unix.Unmount(mnt, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
 	check("goverlay remount", mountT(t, Options{Lower: []string{lo}, Upper: up, Work: t.TempDir()}))
 
 	// The kernel overlay reads what goverlay wrote. (t.TempDir is on the

@@ -75,11 +75,39 @@ type Object struct {
 // override xattr (make writes it). It returns an open fd for a regular file, -1
 // otherwise.
 func (l *Layer) Create(d *lower.Dir, name string, o Object, over Over) (int, error) {
+	return l.CreateStat(d, name, o, over, nil)
+}
+
+// CreateStat is Create that also fills st, when not nil, with the
+// attributes of the object it made, taken from the object itself (its fd,
+// or its name in the workdir before it is published) and never from name
+// in d, which may hold something else by the time anyone looks.
+func (l *Layer) CreateStat(d *lower.Dir, name string, o Object, over Over, st *unix.Stat_t) (int, error) {
 	if over == OverNothing && o.Mode&unix.S_IFMT == unix.S_IFREG && o.Flags&unix.O_ACCMODE != unix.O_RDONLY && l.tmpfile != tmpfileNone && !l.KeepsOverride(o.Mode) {
-		return l.createTmpfile(d, name, o)
+		fd, err := l.createTmpfile(d, name, o)
+		if err == nil && st != nil {
+			if err = unix.Fstat(fd, st); err != nil {
+				unix.Close(fd)
+				return -1, err
+			}
+		}
+		return fd, err
 	}
 	tmp := l.tmpName()
 	fd, err := l.make(tmp, o)
+	if err == nil && st != nil {
+		if fd >= 0 {
+			err = unix.Fstat(fd, st)
+		} else {
+			err = unix.Fstatat(l.wfd, tmp, st, unix.AT_SYMLINK_NOFOLLOW)
+		}
+		if err == nil {
+			l.Work.ApplyOverride(tmp, st)
+		} else if fd >= 0 {
+			unix.Close(fd)
+			fd = -1
+		}
+	}
 	if err != nil {
 		removeAll(l.Work, tmp)
 		return -1, err
@@ -418,7 +446,20 @@ func (l *Layer) CreateTemp(o Object) (string, int, error) {
 	return tmp, fd, nil
 }
 
-// RemoveTemp removes a file CreateTemp made.
+// Keep gives the file name in d a second name in the workdir and returns
+// it: the file then outlives the removal of name, as an open file outlives
+// its last name in a local filesystem. RemoveTemp drops it; a crash leaves
+// it to Open's cleaning of the workdir.
+func (l *Layer) Keep(d *lower.Dir, name string) (string, error) {
+	tmp := l.tmpName()
+	err := d.Do(func(fd int) error { return unix.Linkat(fd, name, l.wfd, tmp, 0) })
+	if err != nil {
+		return "", err
+	}
+	return tmp, nil
+}
+
+// RemoveTemp removes a file CreateTemp or Keep made.
 func (l *Layer) RemoveTemp(name string) error {
 	return unix.Unlinkat(l.wfd, name, 0)
 }

@@ -56,6 +56,9 @@ type Layer struct {
 	Work *lower.Dir
 	// Whiteouts is the format deletions are written in.
 	Whiteouts WhiteoutFormat
+	// workdir is the workdir itself, whose fd holds its lock
+	// (lockInUse) until Close.
+	workdir *lower.Dir
 	// wfd is Work's fd, which stays open until Close (Work has no parent
 	// to be reopened from, so the fd cache never closes it).
 	wfd int
@@ -82,14 +85,31 @@ func Open(u *lower.Layer, workPath string, o Options) (*Layer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open workdir %q: %w", workPath, err)
 	}
+	return OpenAt(u, wfd, workPath, o)
+}
+
+// OpenAt is Open with the workdir open already as wfd (lower.OpenUpper),
+// which it owns from then on.
+func OpenAt(u *lower.Layer, wfd int, workPath string, o Options) (*Layer, error) {
 	workdir := lower.NewDir(u, wfd)
-	defer workdir.Close()
+	ok := false
+	defer func() {
+		if !ok {
+			workdir.Close()
+		}
+	}()
 	var st unix.Stat_t
 	if err := workdir.StatSelf(&st); err != nil {
 		return nil, fmt.Errorf("stat workdir %q: %w", workPath, err)
 	}
 	if st.Dev != u.Dev {
 		return nil, fmt.Errorf("workdir %q is on another filesystem than upperdir %q; put both on one filesystem", workPath, u.Path)
+	}
+	if err := lockInUse(u.Root(), "upperdir", u.Path); err != nil {
+		return nil, err
+	}
+	if err := lockInUse(workdir, "workdir", workPath); err != nil {
+		return nil, err
 	}
 	// Mode 0, as the kernel makes it (ovl_workdir_create()): only a
 	// process that overrides permissions gets in. One that does not (an
@@ -109,18 +129,43 @@ func Open(u *lower.Layer, workPath string, o Options) (*Layer, error) {
 	}
 	// A Dir of its own, kept open: every operation passes through it.
 	work := lower.NewDir(u, wfd2)
-	l := &Layer{Layer: u, Work: work, wfd: wfd2, opts: o}
+	l := &Layer{Layer: u, Work: work, workdir: workdir, wfd: wfd2, opts: o}
 	if err := l.clean(); err != nil {
 		work.Close()
 		return nil, fmt.Errorf("clean %s/%s: %w", workPath, workName, err)
 	}
 	l.Whiteouts = l.probeWhiteouts()
 	l.tmpfile = l.probeTmpfile()
+	ok = true
 	return l, nil
 }
 
-// Close releases the workdir.
-func (l *Layer) Close() error { return l.Work.Close() }
+// ErrInUse says that the upperdir or the workdir belongs to another live
+// mount.
+var ErrInUse = errors.New("in use by another mount")
+
+// lockInUse takes an exclusive flock(2) on d, held until its fd is closed
+// (the upper layer's root and the workdir live as long as the mount), so
+// that a second goverlay on the same upperdir or workdir is refused
+// instead of emptying the workdir under a copy-up in flight. The kernel
+// overlay marks both directories in use for the same reason (Linux:
+// fs/overlayfs/super.c ovl_inuse_trylock()).
+func lockInUse(d *lower.Dir, role, path string) error {
+	err := d.Do(func(fd int) error { return unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) })
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return fmt.Errorf("%s %q is %w (another goverlay holds it); unmount that first, or give this mount its own %s", role, path, ErrInUse, role)
+	}
+	if err != nil {
+		return fmt.Errorf("lock %s %q: %w", role, path, err)
+	}
+	return nil
+}
+
+// Close releases the workdir, and with it the lock on it.
+func (l *Layer) Close() error {
+	l.workdir.Close()
+	return l.Work.Close()
+}
 
 // XattrPrefix is the namespace of the overlay's own marks.
 func (l *Layer) XattrPrefix() string { return l.opts.XattrPrefix }

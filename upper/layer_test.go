@@ -1,6 +1,7 @@
 package upper
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -112,7 +113,15 @@ func TestOpenCreatesWorkAndProbes(t *testing.T) {
 	if KernelWhiteouts.String() == AUFSWhiteouts.String() {
 		t.Errorf("both formats print as %q", KernelWhiteouts.String())
 	}
+	// A second Open while the first holds the workdir is refused.
+	if l2, err := Open(e.up, e.workPath, Options{XattrPrefix: lower.TrustedPrefix}); !errors.Is(err, ErrInUse) {
+		if err == nil {
+			l2.Close()
+		}
+		t.Errorf("second Open while the first is live: %v, want ErrInUse", err)
+	}
 	// Open again over an existing work dir.
+	e.l.Close()
 	l2, err := Open(e.up, e.workPath, Options{XattrPrefix: lower.TrustedPrefix})
 	if err != nil {
 		t.Fatalf("second Open: %v", err)

@@ -18,7 +18,8 @@ import (
 //	1     exitUsage     bad flags or option string, or a required option is
 //	                    missing; nothing was looked at or mounted
 //	2     exitBadLayer  a layer or the mountpoint is missing, of the wrong
-//	                    type, nested, duplicated or not writable
+//	                    type, nested, overlapping, duplicated, not writable
+//	                    or in use by another mount
 //	3     exitFuse      /dev/fuse is missing or cannot be opened
 //	4     exitMount     the layers could not be opened or the kernel (or
 //	                    fusermount3) refused the mount
@@ -42,7 +43,7 @@ var exitCodes = []struct {
 }{
 	{exitOK, "mounted (in the background: the mount is live), or served until a clean unmount or SIGINT/SIGTERM/SIGHUP"},
 	{exitUsage, "bad flags or option string, or a required option missing; nothing was mounted"},
-	{exitBadLayer, "a layer or the mountpoint is missing, not a directory, nested, duplicated or not writable"},
+	{exitBadLayer, "a layer or the mountpoint is missing, not a directory, nested, overlapping, duplicated, not writable or in use by another mount"},
 	{exitFuse, "/dev/fuse is missing or cannot be opened"},
 	{exitMount, "the layers could not be opened or the mount was refused"},
 	{exitDaemon, "the background process failed to start or died before the mount was live, or --pidfile/--log could not be written"},

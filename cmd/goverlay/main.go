@@ -167,6 +167,9 @@ func serve(cfg *config, logger *log.Logger, logFile *os.File, rep *reporter) int
 	signal.Ignore(unix.SIGPIPE)
 
 	fsys, err := overlay.New(overlayOptions(cfg, geteuid(), logger))
+	if errors.Is(err, overlay.ErrInUse) {
+		return rep.fail(failf(exitBadLayer, "%w", err))
+	}
 	if err != nil {
 		return rep.fail(failf(exitMount, "cannot open the layers: %w; check that every layer is readable", err))
 	}
@@ -191,13 +194,18 @@ func serve(cfg *config, logger *log.Logger, logFile *os.File, rep *reporter) int
 		unmount(srv, cfg.Mountpoint, logger)
 		return exitDaemon
 	}
-	waitForEnd(srv, cfg, sigs, logger)
+	var mst unix.Stat_t
+	if err := unix.Stat(cfg.Mountpoint, &mst); err != nil {
+		mst.Dev = 0
+	}
+	waitForEnd(srv, cfg, mst.Dev, sigs, logger)
 	return exitOK
 }
 
 // waitForEnd returns once the mount is gone: unmounted from outside
-// (umount, fusermount3 -u), or by us on a signal.
-func waitForEnd(srv *fuse.Server, cfg *config, sigs <-chan os.Signal, logger *log.Logger) {
+// (umount, fusermount3 -u), or by us on a signal. dev is the mount's
+// st_dev.
+func waitForEnd(srv *fuse.Server, cfg *config, dev uint64, sigs <-chan os.Signal, logger *log.Logger) {
 	done := make(chan struct{})
 	go func() {
 		srv.Wait()
@@ -214,14 +222,50 @@ func waitForEnd(srv *fuse.Server, cfg *config, sigs <-chan os.Signal, logger *lo
 			logger.Printf("got %v; unmounting %s", s, cfg.Mountpoint)
 		}
 	}
-	unmount(srv, cfg.Mountpoint, logger)
+	// go-fuse's Unmount returns once the connection ends, which a bind
+	// mount of it elsewhere (even inside a layer) puts off for good.
+	go unmount(srv, cfg.Mountpoint, logger)
 	// After a lazy detach the kernel keeps the connection until the last
-	// open file is closed; serve until then, unless asked again.
-	select {
-	case <-done:
-	case s := <-sigs:
-		logger.Printf("got %v again; exiting although %s may still be in use", s, cfg.Mountpoint)
+	// open file is closed; serve until then, unless asked again, or
+	// unless the mountpoint is let go while the mount lives on elsewhere:
+	// then exiting ends it, as asked.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case s := <-sigs:
+			logger.Printf("got %v again; exiting although %s may still be in use", s, cfg.Mountpoint)
+			return
+		case <-tick.C:
+			if where := mountedElsewhere(cfg.Mountpoint, dev); where != "" {
+				logger.Printf("%s is unmounted but the mount lives on at %s; exiting ends it", cfg.Mountpoint, where)
+				return
+			}
+		}
 	}
+}
+
+// mountedElsewhere reports, once mnt no longer shows the mount of st_dev
+// dev, another place where that mount still is ("" if none, or mnt still
+// shows it).
+func mountedElsewhere(mnt string, dev uint64) string {
+	var st unix.Stat_t
+	if dev == 0 || unix.Stat(mnt, &st) != nil || st.Dev == dev {
+		return ""
+	}
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	want := fmt.Sprintf("%d:%d", unix.Major(dev), unix.Minor(dev))
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[2] == want {
+			return unescapeMountinfo(f[4])
+		}
+	}
+	return ""
 }
 
 // unmount takes the mount down: srv.Unmount (which already retries a few

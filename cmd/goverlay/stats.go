@@ -162,23 +162,3 @@ func mountType(path string) (fsType string, mounted bool) {
 	}
 	return fsType, mounted
 }
-
-// unescapeMountinfo undoes the octal escapes (\040 for a space) that
-// mountinfo uses for blanks and backslashes in paths.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}

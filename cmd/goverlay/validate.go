@@ -6,11 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/overlay"
 )
 
 // The checks below run before anything is mounted, so that a mistake ends
@@ -65,6 +68,15 @@ func validate(c *config) error {
 		return err
 	}
 	if err := checkNesting(refs, c.Mountpoint); err != nil {
+		return err
+	}
+	if err := checkOverlap(refs); err != nil {
+		return err
+	}
+	if err := checkKernelOverlays(c); err != nil {
+		return err
+	}
+	if err := checkSameMount(c); err != nil {
 		return err
 	}
 	if c.Upper != "" {
@@ -201,6 +213,10 @@ func checkNesting(refs []layerRef, mountpoint string) error {
 			return err
 		}
 		switch {
+		case real == realMnt && r.role == "lowerdir":
+			// Mounting over a lower layer hides it from everyone
+			// but the overlay, which opened it before the mount
+			// (kernel overlay and fuse-overlayfs accept it too).
 		case real == realMnt:
 			return failf(exitBadLayer, "mountpoint %s is the %s itself; mount the overlay on a directory outside every layer", describe(mountpoint, realMnt), r.role)
 		case within(real, realMnt):
@@ -223,6 +239,38 @@ func checkNesting(refs []layerRef, mountpoint string) error {
 	}
 	if within(realUpper, realWork) {
 		return failf(exitBadLayer, "upperdir %s is inside workdir %s; use two separate directories, neither inside the other", describe(upper.path, realUpper), describe(work.path, realWork))
+	}
+	return nil
+}
+
+// checkOverlap rejects a lowerdir inside another layer or containing
+// one, as the kernel overlay does (it fails the mount with ELOOP,
+// "overlapping lowerdir path"): the overlay would show the layer twice,
+// and writes into the outer layer would change a lower layer under the
+// mount. An upperdir or workdir inside a lowerdir is allowed, as by the
+// kernel.
+func checkOverlap(refs []layerRef) error {
+	reals := make([]string, len(refs))
+	for i, r := range refs {
+		real, err := realPath(r.role, r.path)
+		if err != nil {
+			return err
+		}
+		reals[i] = real
+	}
+	for i, l := range refs {
+		if l.role != "lowerdir" {
+			continue
+		}
+		for j, r := range refs {
+			if i == j {
+				continue
+			}
+			if within(reals[i], reals[j]) {
+				return failf(exitBadLayer, "lowerdir %s is inside %s %s; layers must not overlap (the kernel overlay refuses it too): use directories that do not contain one another",
+					describe(l.path, reals[i]), r.role, describe(r.path, reals[j]))
+			}
+		}
 	}
 	return nil
 }
@@ -364,4 +412,102 @@ func shellQuote(path string) string {
 		return path
 	}
 	return "'" + strings.ReplaceAll(path, "'", `'\''`) + "'"
+}
+
+// mountinfoPath is where checkKernelOverlays reads the mount table; a hook
+// for tests.
+var mountinfoPath = "/proc/self/mountinfo"
+
+// checkKernelOverlays refuses an upperdir or workdir that a live kernel
+// overlay uses as its upperdir or workdir: the two would write one layer
+// without knowing of each other, and this mount would empty the workdir
+// under the other's copy-ups. The kernel overlay refuses the same
+// (EBUSY: "upperdir is in-use as upperdir/workdir of another mount").
+// Another goverlay is caught by the lock the mount takes on both
+// (upper.ErrInUse).
+func checkKernelOverlays(c *config) error {
+	if c.Upper == "" {
+		return nil
+	}
+	data, err := os.ReadFile(mountinfoPath)
+	if err != nil {
+		return nil // no mount table to look at (no /proc): nothing to compare
+	}
+	ours := map[fileID]string{}
+	for _, r := range []layerRef{{"upperdir", c.Upper}, {"workdir", c.Work}} {
+		st, err := statSync(r.path)
+		if err != nil {
+			return statProblem(r.role, r.path, err)
+		}
+		ours[fileID{dev: st.dev, ino: st.ino}] = r.role + " " + show(r.path)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		sep := slices.Index(f, "-")
+		if sep < 5 || len(f) < sep+4 || f[sep+1] != "overlay" {
+			continue
+		}
+		for _, opt := range strings.Split(f[sep+3], ",") {
+			key, val, _ := strings.Cut(opt, "=")
+			if key != "upperdir" && key != "workdir" {
+				continue
+			}
+			st, err := statSync(unescapeMountinfo(val))
+			if err != nil {
+				continue
+			}
+			if what, ok := ours[fileID{dev: st.dev, ino: st.ino}]; ok {
+				return failf(exitBadLayer, "%s is the %s of the kernel overlay mounted on %s; two mounts must not share an upperdir or workdir: unmount it first, or give this mount its own directories",
+					what, key, show(unescapeMountinfo(f[4])))
+			}
+		}
+	}
+	return nil
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for a space, \054 for
+// a comma, ...) of /proc/self/mountinfo.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// checkSameMount refuses to mount on a mountpoint that a goverlay mount of
+// the same layers already holds: a second copy of a mount is a mistake (a
+// script run twice), not a stack. A goverlay with layers of its own, or
+// any other filesystem, stacks on a busy mountpoint as on any directory.
+// A mount with an upper layer is refused anyway, by the lock on it
+// (upper.ErrInUse); this check is what catches a read-only one.
+func checkSameMount(c *config) error {
+	s, err := overlay.ReadStats(c.Mountpoint)
+	if err != nil || len(s.Lower) != len(c.Lower) || (s.Upper == "") != (c.Upper == "") {
+		return nil // no goverlay there (or one too old to say its layers)
+	}
+	same := func(a, b string) bool {
+		sa, ea := statSync(a)
+		sb, eb := statSync(b)
+		return ea == nil && eb == nil && sa.dev == sb.dev && sa.ino == sb.ino
+	}
+	for i := range c.Lower {
+		if !same(c.Lower[i], s.Lower[i]) {
+			return nil
+		}
+	}
+	if c.Upper != "" && !same(c.Upper, s.Upper) {
+		return nil
+	}
+	return failf(exitBadLayer, "mountpoint %s already holds a goverlay mount of the same layers (pid %d); unmount it first, or mount elsewhere", show(c.Mountpoint), s.PID)
 }

@@ -159,8 +159,13 @@ func TestCheckNesting(t *testing.T) {
 	mntInLower := mk(filepath.Join(l.l2, "mnt"))
 	wantFail(t, checkNesting([]layerRef{{"lowerdir", l.l1}, {"lowerdir", l.l2}}, mntInLower), exitBadLayer,
 		"mountpoint "+mntInLower+" is inside lowerdir "+l.l2+"; the overlay would contain itself, mount it outside every layer")
-	wantFail(t, checkNesting([]layerRef{{"lowerdir", l.l1}}, l.l1), exitBadLayer,
-		"mountpoint "+l.l1+" is the lowerdir itself; mount the overlay on a directory outside every layer")
+	// Mounting on a lower layer itself is allowed (the overlay opens
+	// its layers before the mount covers them); on the upper is not.
+	if err := checkNesting([]layerRef{{"lowerdir", l.l1}}, l.l1); err != nil {
+		t.Errorf("mountpoint on the lowerdir itself: %v", err)
+	}
+	wantFail(t, checkNesting([]layerRef{{"upperdir", l.upper}}, l.upper), exitBadLayer,
+		"mountpoint "+l.upper+" is the upperdir itself; mount the overlay on a directory outside every layer")
 	wantFail(t, checkNesting([]layerRef{{"lowerdir", "/"}}, l.mnt), exitBadLayer,
 		"mountpoint "+l.mnt+" is inside lowerdir /; the overlay would contain itself, mount it outside every layer")
 
@@ -297,5 +302,35 @@ func TestWithinAndShow(t *testing.T) {
 		if got := show(in); got != want {
 			t.Errorf("show(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestCheckOverlap(t *testing.T) {
+	l := newLayout(t)
+	if err := checkOverlap(l.config().layerRefs()); err != nil {
+		t.Fatalf("flat layout: %v", err)
+	}
+	mk := func(p string) string {
+		t.Helper()
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	lo := mk(filepath.Join(l.upper, "lo"))
+	wantFail(t, checkOverlap([]layerRef{{"lowerdir", lo}, {"upperdir", l.upper}, {"workdir", l.work}}), exitBadLayer,
+		"lowerdir "+lo+" is inside upperdir "+l.upper+"; layers must not overlap (the kernel overlay refuses it too): use directories that do not contain one another")
+	wlo := mk(filepath.Join(l.work, "lo"))
+	wantFail(t, checkOverlap([]layerRef{{"lowerdir", wlo}, {"upperdir", l.upper}, {"workdir", l.work}}), exitBadLayer,
+		"lowerdir "+wlo+" is inside workdir "+l.work+"; layers must not overlap (the kernel overlay refuses it too): use directories that do not contain one another")
+	sub := mk(filepath.Join(l.l1, "sub"))
+	for _, refs := range [][]layerRef{{{"lowerdir", l.l1}, {"lowerdir", sub}}, {{"lowerdir", sub}, {"lowerdir", l.l1}}} {
+		wantFail(t, checkOverlap(refs), exitBadLayer,
+			"lowerdir "+sub+" is inside lowerdir "+l.l1+"; layers must not overlap (the kernel overlay refuses it too): use directories that do not contain one another")
+	}
+	// An upperdir or workdir inside a lowerdir: the kernel accepts it.
+	up, work := mk(filepath.Join(l.l2, "u")), mk(filepath.Join(l.l2, "w"))
+	if err := checkOverlap([]layerRef{{"lowerdir", l.l2}, {"upperdir", up}, {"workdir", work}}); err != nil {
+		t.Errorf("upperdir and workdir inside the lowerdir: %v", err)
 	}
 }

@@ -81,9 +81,10 @@ func TestBadInput(t *testing.T) {
 			m, _ := mkdirs(t, lower, "mnt", "unused")
 			return m, []string{"-o", "lowerdir=" + lower, m}
 		}, []string{"mountpoint", "inside|within|nested|contain"}},
-		{"mountpoint-is-a-layer", func(t *testing.T, lower, mnt, base string) (string, []string) {
-			return lower, []string{"-o", "lowerdir=" + lower, lower}
-		}, []string{"mountpoint"}},
+		{"mountpoint-is-the-upperdir", func(t *testing.T, lower, mnt, base string) (string, []string) {
+			u, w := mkdirs(t, base, "upper", "work")
+			return u, []string{"-o", "lowerdir=" + lower + ",upperdir=" + u + ",workdir=" + w, u}
+		}, []string{"mountpoint", "upperdir"}},
 		{"same-lower-twice", func(t *testing.T, lower, mnt, base string) (string, []string) {
 			return mnt, []string{"-o", "lowerdir=" + lower + ":" + lower, mnt}
 		}, []string{"same|twice|duplicate|more than once"}},

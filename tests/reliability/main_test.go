@@ -33,7 +33,14 @@ import (
 	"github.com/goverlay/goverlay/tests/testutil"
 )
 
-func TestMain(m *testing.M) { testutil.Main(m) }
+func TestMain(m *testing.M) {
+	if arg := os.Getenv(typeRaceEnv); arg != "" {
+		// A worker process of TestTypeRace or TestNameRace, not a
+		// test run.
+		os.Exit(raceWorkerMain(arg))
+	}
+	testutil.Main(m)
+}
 
 // long reports whether the long variants were asked for.
 func long() bool { return os.Getenv("GOVERLAY_LONG") == "1" }

@@ -31,6 +31,9 @@ type MountConfig struct {
 	// {"prlimit", "--nofile=256:256", "--"}; it must exec the binary in
 	// place (the daemon is found by its --pidfile).
 	Wrap []string
+	// Mountpoint, if set, is the directory to mount on (it must exist);
+	// otherwise a new one is made under t.TempDir().
+	Mountpoint string
 }
 
 // MountWith is Mount with the daemon's environment or a wrapper command
@@ -52,7 +55,9 @@ func MountWith(t testing.TB, o Options, c MountConfig) *Mounted {
 		Dir:     filepath.Join(base, "mnt"),
 		OutFile: filepath.Join(base, "mount.out"),
 	}
-	if err := os.Mkdir(m.Dir, 0o755); err != nil {
+	if c.Mountpoint != "" {
+		m.Dir = c.Mountpoint
+	} else if err := os.Mkdir(m.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	pidfile := filepath.Join(base, "daemon.pid")
@@ -96,6 +101,10 @@ func MountWith(t testing.TB, o Options, c MountConfig) *Mounted {
 	}
 	if !IsMounted(m.Dir) {
 		t.Fatalf("goverlay returned 0 but %s is not in /proc/self/mountinfo\n%s", m.Dir, m.logs())
+	}
+	var st unix.Stat_t
+	if unix.Stat(m.Dir, &st) == nil {
+		m.dev = st.Dev
 	}
 	return m
 }

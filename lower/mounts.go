@@ -1,0 +1,133 @@
+package lower
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Where a layer is opened.
+//
+// A layer is the directory tree of one filesystem as the kernel overlay
+// takes it (Linux: fs/overlayfs/super.c ovl_get_layers() with
+// clone_private_mount()): a private clone of the layer's mount, without
+// the mounts inside it. A tmpfs mounted on L/sub, a bind mount, the
+// overlay's own mountpoint bound into a layer: none is part of the layer,
+// and the overlay shows L's own sub. So each layer root is opened through
+// a detached, non-recursive clone of its mount (open_tree(2) with
+// OPEN_TREE_CLONE), which keeps whatever the mount had (read-only, an
+// id mapping) and lives as long as the daemon's fds in it; the upper
+// layer and its workdir are opened through one clone of the mount that
+// holds both, since a copy-up renames from one into the other and
+// rename(2) does not cross mounts. Where the daemon may not clone (it
+// needs CAP_SYS_ADMIN over the mount namespace; a mount with locked mounts
+// under it cannot be cloned without them), a layer is opened in place and
+// no walk enters a mount inside it: openDirAt refuses with EXDEV.
+
+// Cloned reports whether the layer was opened through a private clone of
+// its mount (see above).
+func (l *Layer) Cloned() bool { return l.cloned }
+
+// openRoot opens directory path as a layer root: through a clone of its
+// mount where it can and clone says so, in place otherwise.
+func openRoot(path string, clone bool) (fd int, cloned bool, err error) {
+	if clone {
+		if fd, err := openCloned(path, []string{"."}); err == nil {
+			return fd[0], true, nil
+		}
+	}
+	fd1, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	return fd1, false, err
+}
+
+// openCloned opens the directories rels, relative to dir, in one
+// detached non-recursive clone of dir's mount, and checks that each is
+// the directory dir/rel is in the mount namespace (a mount inside dir on
+// the way would make it another one).
+func openCloned(dir string, rels []string) ([]int, error) {
+	tfd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(tfd)
+	// Private, as clone_private_mount() makes it: a mount made later
+	// under the layer, in a peer of its mount, does not appear in it.
+	if err := unix.MountSetattr(tfd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Propagation: unix.MS_PRIVATE}); err != nil {
+		return nil, err
+	}
+	var fds []int
+	fail := func(err error) ([]int, error) {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, err
+	}
+	for _, rel := range rels {
+		fd, err := unix.Openat2(tfd, rel, &unix.OpenHow{
+			Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_BENEATH,
+		})
+		if err != nil {
+			return fail(err)
+		}
+		fds = append(fds, fd)
+		var in, out unix.Stat_t
+		if err := unix.Fstat(fd, &in); err != nil {
+			return fail(err)
+		}
+		if err := unix.Stat(filepath.Join(dir, rel), &out); err != nil {
+			return fail(err)
+		}
+		if in.Dev != out.Dev || in.Ino != out.Ino {
+			return fail(unix.EXDEV)
+		}
+	}
+	return fds, nil
+}
+
+// OpenUpper opens the upper layer at upper (index 0 of the stack) and its
+// workdir at work, both through one clone of the mount that holds them
+// where it can (see above). The workdir's fd is the caller's.
+func OpenUpper(upper, work string) (*Layer, int, error) {
+	ru, err1 := filepath.EvalSymlinks(upper)
+	rw, err2 := filepath.EvalSymlinks(work)
+	if err := errors.Join(err1, err2); err == nil {
+		common := commonDir(ru, rw)
+		relU, _ := filepath.Rel(common, ru)
+		relW, _ := filepath.Rel(common, rw)
+		if fds, err := openCloned(common, []string{relU, relW}); err == nil {
+			l, err := newLayer(upper, 0, true, fds[0], true)
+			if err != nil {
+				unix.Close(fds[1])
+				return nil, -1, err
+			}
+			return l, fds[1], nil
+		}
+	}
+	l, err := OpenLayer(upper, 0, true)
+	if err != nil {
+		return nil, -1, err
+	}
+	wfd, err := unix.Open(work, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		l.Close()
+		return nil, -1, fmt.Errorf("open workdir %q: %w", work, err)
+	}
+	return l, wfd, nil
+}
+
+// commonDir is the deepest directory holding both a and b (absolute,
+// clean).
+func commonDir(a, b string) string {
+	for !within(b, a) {
+		a = filepath.Dir(a)
+	}
+	return a
+}
+
+func within(path, dir string) bool {
+	return path == dir || dir == "/" || strings.HasPrefix(path, dir+"/")
+}
