@@ -150,6 +150,7 @@ func New(o Options) (*FS, error) {
 		if err != nil {
 			return nil, err
 		}
+		l.Caches = f.caches // one set for the mount's layers
 		f.layers, wfd = append(f.layers, l), fd
 	}
 	for _, p := range o.Lower {

@@ -63,9 +63,14 @@ type statsRow struct {
 func statsRows(s overlay.Stats) []statsRow {
 	n := func(v uint64) string { return strconv.FormatUint(v, 10) }
 	onOff := map[bool]string{true: "on", false: "off"}
-	return []statsRow{
+	layers := []statsRow{{"lowerdir", strings.Join(s.Lower, ":"), "the lower layers, topmost first"}}
+	if s.Upper != "" { // omitted from the JSON of a read-only mount
+		layers = append(layers, statsRow{"upperdir", s.Upper, ""})
+	}
+	return append(append([]statsRow{
 		{"mountpoint", s.Mountpoint, ""},
 		{"pid", strconv.Itoa(s.PID), "the goverlay process serving it"},
+	}, layers...), []statsRow{
 		{"nosec", onOff[s.NoSec], "whether the kernel skips the security.capability check before each write"},
 		{"nosec_reason", s.NoSecReason, ""},
 		{"capability_reads", n(s.CapGetxattr), "GETXATTR(security.capability) requests served"},
@@ -91,7 +96,7 @@ func statsRows(s overlay.Stats) []statsRow {
 		{"names_asked_of_layers", n(s.LayerProbes), "names a lookup asked a layer's filesystem for"},
 		{"listings_read", n(s.ListingsRead), "lower directories read into the listing cache"},
 		{"listing_entries", strconv.Itoa(s.ListingEntries), "entries the listing cache holds now"},
-	}
+	}...)
 }
 
 // writeStats prints s as text.
