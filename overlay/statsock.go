@@ -66,8 +66,8 @@ type Stats struct {
 	// from its cached directory listings, without a system call (absent,
 	// or whited out); LayerProbes those they asked a layer for (fstatat),
 	// the upper included; ListingsRead the directories read into
-	// listings, and ListingEntries what the cached ones hold now (of all
-	// the mounts in this process).
+	// listings, and ListingEntries what the cached ones hold now (this
+	// mount's caches).
 	LayerAnswers   uint64 `json:"names_from_listings"`
 	LayerProbes    uint64 `json:"names_asked_of_layers"`
 	ListingsRead   uint64 `json:"listings_read"`
