@@ -126,6 +126,10 @@ func New(o Options) (*FS, error) {
 		}
 		f.layers = append(f.layers, l)
 	}
+	if err := f.setupIDMappedLayers(); err != nil {
+		f.Close()
+		return nil, err
+	}
 	if o.Upper != "" {
 		prefix := lower.TrustedPrefix
 		if o.UserXattr {

@@ -324,6 +324,17 @@ func (p *podman) must(args ...string) string {
 	return r.Stdout
 }
 
+// importImage makes image name of the root folder rootfs with podman
+// import: tar keeps the file capability (podman import applies
+// SCHILY.xattr.security.capability).
+func (p *podman) importImage(rootfs, name string) {
+	p.t.Helper()
+	shArgs := append(append(append([]string{"-c", `dir=$1; shift; tar --xattrs --xattrs-include=security.capability -C "$dir" -c . | "$@"`, "sh", rootfs}, p.wrap...), "podman"), p.flags...)
+	if imp := testutil.Run(p.t, podmanDeadline, p.env, "sh", append(shArgs, "import", "-", name)...); imp.Code != 0 {
+		p.t.Fatalf("podman import with %s as mount_program: %s", p.prog.name, imp)
+	}
+}
+
 // ctr is `podman run` with what this machine needs.
 func ctr(args ...string) []string {
 	return append([]string{"run", "--runtime", "runc", "--network=none"}, args...)
@@ -388,14 +399,7 @@ func podmanFlow(t *testing.T, p *podman, rootfs string) []step {
 		steps = append(steps, step{name, out})
 	}
 
-	// The image: tar keeps the file capability (podman import applies
-	// SCHILY.xattr.security.capability).
-	shArgs := append(append(append([]string{"-c", `dir=$1; shift; tar --xattrs --xattrs-include=security.capability -C "$dir" -c . | "$@"`, "sh", rootfs}, p.wrap...), "podman"), p.flags...)
-	imp := exec.Command("sh", append(shArgs, "import", "-", "localhost/bb")...)
-	imp.Env = append(os.Environ(), p.env...)
-	if out, err := imp.CombinedOutput(); err != nil {
-		t.Fatalf("podman import: %v: %s", err, out)
-	}
+	p.importImage(rootfs, "localhost/bb")
 
 	// A kept container: "…/work," options; its first run changes /data.
 	record("podman run (first run)", p.must(ctr("--name", "work", "localhost/bb", "sh", "/work.sh")...), wantFirstRun(), "")
