@@ -70,13 +70,16 @@ func (l *Layer) unshiftXattr(attr string, v []byte) ([]byte, error) {
 	return v, nil
 }
 
-// onIDMappedMount reports whether the open directory fd lies on an
+// onIDMappedMount reports whether the directory at path lies on an
 // id-mapped mount: the kernel lists "idmapped" among the mount's own
 // options in /proc/self/mountinfo (fs/proc_namespace.c, show_mnt_opts),
-// found there by the mount id statx(2) gives for fd.
-func onIDMappedMount(fd int) (bool, error) {
+// found there by the mount id statx(2) gives for path. It asks by path,
+// not by the layer's fd, so that it tells the mount the path is on
+// whatever way the layer's root is opened (a detached clone of it is in
+// no mount table).
+func onIDMappedMount(path string) (bool, error) {
 	var stx unix.Statx_t
-	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &stx); err != nil {
+	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_MNT_ID, &stx); err != nil {
 		return false, fmt.Errorf("statx: %w", err)
 	}
 	if stx.Mask&unix.STATX_MNT_ID == 0 {

@@ -66,7 +66,7 @@ func OpenLayer(path string, index int, upper bool) (*Layer, error) {
 	// detach it as soon as the mount is up (containers/storage does),
 	// and fd keeps the layer reachable. A mount that cannot be told
 	// counts as not id-mapped.
-	l.IDMapped, _ = onIDMappedMount(fd)
+	l.IDMapped, _ = onIDMappedMount(path)
 	l.root = &Dir{Layer: l, fd: fd}
 	return l, nil
 }

@@ -314,9 +314,12 @@ func (p *podman) run(args ...string) testutil.Result {
 }
 
 // exec runs podman with the store's flags and args, through wrap.
-func (p *podman) exec(args ...string) testutil.Result {
+func (p *podman) exec(args ...string) testutil.Result { return p.execWithin(podmanDeadline, args...) }
+
+// execWithin is exec with its own deadline.
+func (p *podman) execWithin(deadline time.Duration, args ...string) testutil.Result {
 	argv := append(append(append(append([]string{}, p.wrap...), "podman"), p.flags...), args...)
-	return testutil.Run(p.t, podmanDeadline, p.env, argv[0], argv[1:]...)
+	return testutil.Run(p.t, deadline, p.env, argv[0], argv[1:]...)
 }
 
 // must runs podman and fails the test unless it exits 0.
