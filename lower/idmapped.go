@@ -16,13 +16,13 @@ import (
 // A directory reached through an id-mapped mount (mount_setattr(2) with
 // MOUNT_ATTR_IDMAP) shows its owners, and the ids its POSIX ACLs name,
 // shifted by the mount's idmap: stat, getxattr and the copy-up all see the
-// shifted ids. podman 4.3's containers/storage hands a mount program its
-// lower layers that way *and* passes the same shift as
+// shifted ids. containers/storage 1.40 to 1.45 (podman 4.1 to 4.4) hands a
+// mount program its lower layers that way *and* passes the same shift as
 // uidmapping=/gidmapping=; a mount that mapped those layers again would
 // shift them twice. A layer whose Unshift is set is read back into the
 // ids it has on disk, so that it looks like any other layer to the rest
-// of the mount, which maps it once (docs/goverlay.1.md, "Id-mapped
-// layers").
+// of the mount, which maps it once (docs/goverlay.1.md, ID-MAPPED
+// LAYERS).
 
 // Unshift turns the ids an id-mapped mount shows back into the layer's
 // on-disk ids.
