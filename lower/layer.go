@@ -32,6 +32,11 @@ type Layer struct {
 	// found by DetectOverride for a lower layer, chosen by the mount's
 	// xattr_permissions for the upper one. Set before the layer is used.
 	Override OverrideMode
+	// IDMapped says the layer was opened through an id-mapped mount
+	// (idmapped.go); Unshift, when set, reads its owners back into
+	// on-disk ids. Set before the layer is used.
+	IDMapped bool
+	Unshift  *Unshift
 
 	root *Dir
 	// cloned: opened through a private clone of its mount (mounts.go).
@@ -71,6 +76,11 @@ func newLayer(path string, index int, upper bool, fd int, cloned bool) (*Layer, 
 		return nil, fmt.Errorf("stat layer %q: %w", path, err)
 	}
 	l := &Layer{Index: index, Path: path, Dev: st.Dev, Upper: upper, cloned: cloned}
+	// Told now, while the path's mount is attached: the caller may
+	// detach it as soon as the mount is up (containers/storage does),
+	// and fd keeps the layer reachable. A mount that cannot be told
+	// counts as not id-mapped.
+	l.IDMapped, _ = onIDMappedMount(path)
 	l.root = &Dir{Layer: l, fd: fd}
 	l.Caches = NewCaches()
 	return l, nil
@@ -351,12 +361,20 @@ func (d *Dir) Moved(parent *Dir, name string) {
 
 // Stat is fstatat(d, name, AT_SYMLINK_NOFOLLOW).
 func (d *Dir) Stat(name string, st *unix.Stat_t) error {
-	return d.Do(func(fd int) error { return unix.Fstatat(fd, name, st, unix.AT_SYMLINK_NOFOLLOW) })
+	if err := d.Do(func(fd int) error { return unix.Fstatat(fd, name, st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+		return err
+	}
+	d.Layer.UnshiftStat(st)
+	return nil
 }
 
 // StatSelf is fstat of the directory itself.
 func (d *Dir) StatSelf(st *unix.Stat_t) error {
-	return d.Do(func(fd int) error { return unix.Fstat(fd, st) })
+	if err := d.Do(func(fd int) error { return unix.Fstat(fd, st) }); err != nil {
+		return err
+	}
+	d.Layer.UnshiftStat(st)
+	return nil
 }
 
 // OpenDir opens the subdirectory name without following a symlink.

@@ -11,12 +11,16 @@ import (
 // Getxattr reads attribute attr of entry name in d, or of d itself when name
 // is "". A symlink entry's own attributes are read, never its target's.
 func (d *Dir) Getxattr(name, attr string) ([]byte, error) {
-	return d.readXattrs(name, xattrCalls{
+	v, err := d.readXattrs(name, xattrCalls{
 		fd:   func(fd int, buf []byte) (int, error) { return unix.Fgetxattr(fd, attr, buf) },
 		at:   func(fd int, buf []byte) (int, error) { return getxattrat(fd, name, attr, buf) },
 		path: func(p string, buf []byte) (int, error) { return unix.Getxattr(p, attr, buf) },
 		link: func(p string, buf []byte) (int, error) { return unix.Lgetxattr(p, attr, buf) },
 	})
+	if err != nil {
+		return nil, err
+	}
+	return d.Layer.unshiftXattr(attr, v)
 }
 
 // Listxattr lists the attribute names of entry name in d, or of d itself

@@ -295,13 +295,24 @@ func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uin
 	return errno(h.n.keepMtime(fd, func() error { return unix.Fallocate(fd, mode, int64(off), int64(size)) }))
 }
 
-// stat is fstat of the open file.
+// stat is fstat of the open file, with a lower file's owners as its
+// layer's Dir.Stat gives them (lower.Layer.UnshiftStat).
 func (h *handle) stat(st *unix.Stat_t) error {
 	fd, err := h.current()
 	if err != nil {
 		return err
 	}
-	return unix.Fstat(fd, st)
+	if err := unix.Fstat(fd, st); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	up := h.upper
+	h.mu.Unlock()
+	if !up {
+		par, _ := h.n.location()
+		par.Layer.UnshiftStat(st)
+	}
+	return nil
 }
 
 // truncate sets the size through the handle.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/goverlay/goverlay/lower"
 	"github.com/goverlay/goverlay/upper"
 )
 
@@ -83,6 +84,11 @@ func mapIDOK(maps []IDMap, id uint32, toShown bool) (uint32, bool) {
 	if len(maps) == 0 {
 		return id, true
 	}
+	if id == lower.NoID {
+		// An owner an id-mapped layer could not show
+		// (setupIDMappedLayers): no map covers it.
+		return 0, false
+	}
 	for _, m := range maps {
 		from, to := m.Disk, m.Shown
 		if !toShown {
@@ -141,3 +147,45 @@ func isACLXattr(attr string) bool {
 
 // squashed reports whether chown errors are ignored.
 func (o *Owners) squashed() bool { return o.SquashUID != nil || o.SquashGID != nil }
+
+// setupIDMappedLayers applies the rule for layers on id-mapped mounts
+// (lower/idmapped.go) when the mount maps owners: such a lower layer
+// already shows the shifted ids, so it is read back into its on-disk ids
+// and mapped once, with the others. The upper layer keeps the mapping: what
+// the mount's callers create is stored in on-disk ids, which is what
+// containers/storage expects of a container's layer with or without
+// id-mapped lowers (it commits the upper as it is on disk). An id-mapped
+// upper would have every write shifted twice: refused.
+func (f *FS) setupIDMappedLayers() error {
+	o := &f.opts.Owners
+	if !o.mapsIDs() {
+		return nil
+	}
+	back := func(maps []IDMap) func(uint32) (uint32, bool) {
+		return func(id uint32) (uint32, bool) { return mapIDOK(maps, id, false) }
+	}
+	noID := func(maps []IDMap) func(uint32) (uint32, bool) {
+		return func(id uint32) (uint32, bool) {
+			if v, ok := mapIDOK(maps, id, false); ok {
+				return v, true
+			}
+			return lower.NoID, true
+		}
+	}
+	un := &lower.Unshift{
+		UID: back(o.UIDs),
+		GID: back(o.GIDs),
+		ACL: func(v []byte) ([]byte, error) { return upper.MapACL(v, noID(o.UIDs), noID(o.GIDs)) },
+	}
+	for _, l := range f.layers {
+		switch {
+		case !l.IDMapped:
+		case l.Upper:
+			return fmt.Errorf("upperdir %q is on an id-mapped mount: with uidmapping=/gidmapping= its owners would be shifted twice; give the upper layer without the id-mapped mount, or leave out uidmapping=/gidmapping=", l.Path)
+		default:
+			l.Unshift = un
+			f.log.Printf("lowerdir %s is on an id-mapped mount: its owners are already shifted, and are not shifted again by uidmapping=/gidmapping=", l.Path)
+		}
+	}
+	return nil
+}

@@ -165,6 +165,10 @@ func New(o Options) (*FS, error) {
 		l.Caches = f.caches // one set for the mount's layers
 		f.layers = append(f.layers, l)
 	}
+	if err := f.setupIDMappedLayers(); err != nil {
+		f.Close()
+		return nil, err
+	}
 	if o.Upper != "" {
 		prefix := lower.TrustedPrefix
 		if o.UserXattr {

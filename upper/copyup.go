@@ -139,6 +139,11 @@ func (l *Layer) build(src Source, tmp string, data bool) error {
 func (l *Layer) setMeta(tmp string, src Source) error {
 	w := l.wfd
 	st := &src.Stat
+	if st.Uid == lower.NoID || st.Gid == lower.NoID {
+		// An owner the source's id-mapped mount could not show
+		// (lower.NoID): the kernel refuses such a copy-up too.
+		return unix.EOVERFLOW
+	}
 	o := lower.OverrideOf(st)
 	if src.Override != nil {
 		o.Uid, o.Gid = src.Override.Uid, src.Override.Gid

@@ -71,7 +71,7 @@ var optionTable = []optionInfo{
 	{"writeback", "0|1", optSupported, "the kernel's writeback cache: write(2) fills the page cache and the kernel writes it to goverlay later, in large requests (fuse-overlayfs). Default: on where passthrough is not granted (rootless, passthrough=off, kernels before 6.9), off where it is; 1 uses it instead of passthrough, 0 never"},
 	{"noacl", "", optSupported, "do not enforce POSIX ACLs, nor give new objects their directory's default ACL; the umask always applies (fuse-overlayfs)"},
 	{"static_nlink", "", optSupported, "report a link count of 1 for every directory (fuse-overlayfs); merged directories always report 1, like the kernel overlay's"},
-	{"uidmapping", "ID:HOSTID:LEN[:...]", optSupported, "owners ID..ID+LEN-1 on disk are shown as HOSTID..; new files and chown map back; unmapped ids show as the overflow uid (fuse-overlayfs; containers/storage passes it); the ids named in POSIX ACLs are mapped the same way (fuse-overlayfs leaves them)"},
+	{"uidmapping", "ID:HOSTID:LEN[:...]", optSupported, "owners ID..ID+LEN-1 on disk are shown as HOSTID..; new files and chown map back; unmapped ids show as the overflow uid (fuse-overlayfs; containers/storage passes it); the ids named in POSIX ACLs are mapped the same way (fuse-overlayfs leaves them); a lower layer on an id-mapped mount is not shifted twice (man page: ID-MAPPED LAYERS)"},
 	{"gidmapping", "ID:HOSTID:LEN[:...]", optSupported, "the same for groups"},
 	{"squash_to_root", "", optSupported, "show every file as owned by 0:0; chown succeeds and changes nothing (fuse-overlayfs)"},
 	{"squash_to_uid", "UID", optSupported, "show every file as owned by UID; wins over squash_to_root (fuse-overlayfs)"},

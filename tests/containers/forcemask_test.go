@@ -169,11 +169,7 @@ func forceMaskFlow(t *testing.T, p *podman, rootfs string) []step {
 		return strings.TrimSpace(p.must(args...))
 	}
 
-	shArgs := append(append(append([]string{"-c", `dir=$1; shift; tar --xattrs --xattrs-include=security.capability -C "$dir" -c . | "$@"`, "sh", rootfs}, p.wrap...), "podman"), p.flags...)
-	imp := testutil.Run(t, podmanDeadline, p.env, "sh", append(shArgs, "import", "-", "localhost/bb")...)
-	if imp.Code != 0 {
-		t.Fatalf("podman import with force_mask=shared: %s", imp)
-	}
+	p.importImage(rootfs, "localhost/bb")
 	image := inspect("image", "inspect", "--format", "{{.GraphDriver.Data.UpperDir}}", "localhost/bb")
 	checkForcedLayer(t, prog, true, image, map[string]string{
 		"":                   "0:0:0755",

@@ -114,7 +114,7 @@ func subreaper(on bool) bool {
 }
 
 // lookTools skips the test unless every tool is on PATH.
-func lookTools(t *testing.T, pkgs map[string]string) {
+func lookTools(t testing.TB, pkgs map[string]string) {
 	t.Helper()
 	var missing []string
 	for tool, pkg := range pkgs {

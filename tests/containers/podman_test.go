@@ -168,7 +168,7 @@ const wantPing = "plain ping: exit 1 ping: permission denied (are you root?)\n/c
 // without the tools podman runs with (and extra ones), lets the daemons
 // that podman starts go, and builds the image's root folder, which it
 // returns.
-func podmanSetup(t *testing.T, extra map[string]string) string {
+func podmanSetup(t testing.TB, extra map[string]string) string {
 	testutil.RequireRoot(t)
 	tools := map[string]string{
 		"podman": "podman", "runc": "runc", "conmon": "conmon", "setcap": "libcap2-bin",
@@ -190,7 +190,7 @@ func podmanSetup(t *testing.T, extra map[string]string) string {
 // buildImage makes the image's root folder: static busybox with a link
 // per applet, a busybox copy with cap_net_raw+ep, /data to change, and
 // the scripts.
-func buildImage(t *testing.T) string {
+func buildImage(t testing.TB) string {
 	t.Helper()
 	f, err := elf.Open("/bin/busybox")
 	if err != nil {
@@ -243,7 +243,7 @@ func buildImage(t *testing.T) string {
 // podman runs podman on a scratch store of its own, with prog as the
 // overlay driver's mount_program.
 type podman struct {
-	t     *testing.T
+	t     testing.TB
 	prog  mountProgram
 	store string
 	flags []string
@@ -253,7 +253,10 @@ type podman struct {
 	wrap []string
 }
 
-func newPodman(t *testing.T, prog mountProgram) *podman {
+// newPodman sets podman up on a new scratch store with prog as the
+// overlay driver's mount_program; a prog without a path is podman's own
+// kernel overlay driver.
+func newPodman(t testing.TB, prog mountProgram) *podman {
 	t.Helper()
 	// Podman refuses a runroot longer than 50 characters: keep the
 	// store's path short whatever TMPDIR is.
@@ -286,11 +289,13 @@ func newPodman(t *testing.T, prog mountProgram) *podman {
 			"--tmpdir", filepath.Join(store, "tmp"),
 			"--network-config-dir", filepath.Join(store, "net"),
 			"--storage-driver", "overlay",
-			"--storage-opt", "overlay.mount_program=" + prog.path,
 			"--cgroup-manager=cgroupfs",
 			"--events-backend=file",
 		},
 		env: []string{"CONTAINERS_CONF=" + conf},
+	}
+	if prog.path != "" {
+		p.flags = append(p.flags, "--storage-opt", "overlay.mount_program="+prog.path)
 	}
 	t.Cleanup(p.cleanup)
 	return p
@@ -309,9 +314,12 @@ func (p *podman) run(args ...string) testutil.Result {
 }
 
 // exec runs podman with the store's flags and args, through wrap.
-func (p *podman) exec(args ...string) testutil.Result {
+func (p *podman) exec(args ...string) testutil.Result { return p.execWithin(podmanDeadline, args...) }
+
+// execWithin is exec with its own deadline.
+func (p *podman) execWithin(deadline time.Duration, args ...string) testutil.Result {
 	argv := append(append(append(append([]string{}, p.wrap...), "podman"), p.flags...), args...)
-	return testutil.Run(p.t, podmanDeadline, p.env, argv[0], argv[1:]...)
+	return testutil.Run(p.t, deadline, p.env, argv[0], argv[1:]...)
 }
 
 // must runs podman and fails the test unless it exits 0.
@@ -322,6 +330,17 @@ func (p *podman) must(args ...string) string {
 		p.t.Errorf("podman %s with %s as mount_program: %s", strings.Join(args, " "), p.prog.name, r)
 	}
 	return r.Stdout
+}
+
+// importImage makes image name of the root folder rootfs with podman
+// import: tar keeps the file capability (podman import applies
+// SCHILY.xattr.security.capability).
+func (p *podman) importImage(rootfs, name string) {
+	p.t.Helper()
+	shArgs := append(append(append([]string{"-c", `dir=$1; shift; tar --xattrs --xattrs-include=security.capability -C "$dir" -c . | "$@"`, "sh", rootfs}, p.wrap...), "podman"), p.flags...)
+	if imp := testutil.Run(p.t, podmanDeadline, p.env, "sh", append(shArgs, "import", "-", name)...); imp.Code != 0 {
+		p.t.Fatalf("podman import with %s as mount_program: %s", p.prog.name, imp)
+	}
 }
 
 // ctr is `podman run` with what this machine needs.
@@ -388,14 +407,7 @@ func podmanFlow(t *testing.T, p *podman, rootfs string) []step {
 		steps = append(steps, step{name, out})
 	}
 
-	// The image: tar keeps the file capability (podman import applies
-	// SCHILY.xattr.security.capability).
-	shArgs := append(append(append([]string{"-c", `dir=$1; shift; tar --xattrs --xattrs-include=security.capability -C "$dir" -c . | "$@"`, "sh", rootfs}, p.wrap...), "podman"), p.flags...)
-	imp := exec.Command("sh", append(shArgs, "import", "-", "localhost/bb")...)
-	imp.Env = append(os.Environ(), p.env...)
-	if out, err := imp.CombinedOutput(); err != nil {
-		t.Fatalf("podman import: %v: %s", err, out)
-	}
+	p.importImage(rootfs, "localhost/bb")
 
 	// A kept container: "…/work," options; its first run changes /data.
 	record("podman run (first run)", p.must(ctr("--name", "work", "localhost/bb", "sh", "/work.sh")...), wantFirstRun(), "")
@@ -427,7 +439,7 @@ func podmanFlow(t *testing.T, p *podman, rootfs string) []step {
 // podmanPrograms is the mount programs a podman flow runs with:
 // fuse-overlayfs first, as the reference, when installed, then goverlay
 // (the plain build: podman's processes outlive the race build's checks).
-func podmanPrograms(t *testing.T) []mountProgram {
+func podmanPrograms(t testing.TB) []mountProgram {
 	progs := []mountProgram{{"goverlay", plainBinary(t)}}
 	if _, err := os.Stat(fuseOverlayfs); err == nil {
 		progs = append([]mountProgram{{"fuse-overlayfs", fuseOverlayfs}}, progs...)
