@@ -27,11 +27,11 @@ var rootlessCombos = []string{
 	"nosec=off,writeback=0",
 }
 
-// sessionScript runs as the test user in `unshare -Urm`, as rootless
+// nsScript runs as the test user in `unshare -Urm`, as rootless
 // podman runs its mount program: it mounts goverlay and the kernel overlay
 // (both with userxattr), says "ready", waits for a line on stdin and
 // unmounts.
-const sessionScript = `set -e
+const nsScript = `set -e
 "$GOVERLAY" -o "lowerdir=$GL,upperdir=$GU,workdir=$GW,userxattr,$GOPTS" --pidfile "$PIDFILE" "$GMNT"
 mount -t overlay overlay -o "lowerdir=$KL,upperdir=$KU,workdir=$KW,userxattr" "$KMNT"
 echo ready
@@ -82,11 +82,11 @@ func openDevFuse(t *testing.T) {
 func runRootlessMatrix(t *testing.T, goOpts string) {
 	uid, gid := testutil.TestUser(t)
 	base := t.TempDir()
-	// The session must see what the writers use: nsenter runs them in
+	// The namespace shell must see what the writers use: nsenter runs them in
 	// its namespaces by its PID, known once it started.
-	var sessionPID int
+	var nsPID int
 	nsenter := func(cmd []string) []string {
-		return append([]string{"setpriv", "--clear-groups", "nsenter", "-t", strconv.Itoa(sessionPID), "-U", "-m", "-S", "0", "-G", "0", "--"}, cmd...)
+		return append([]string{"setpriv", "--clear-groups", "nsenter", "-t", strconv.Itoa(nsPID), "-U", "-m", "-S", "0", "-G", "0", "--"}, cmd...)
 	}
 	ws := []writer{
 		{name: "nsroot", fsetid: false, capFsetid: true, root: true, uid: 0, gid: 0, diskGid: gid,
@@ -122,7 +122,7 @@ func runRootlessMatrix(t *testing.T, goOpts string) {
 	pidfile := filepath.Join(base, "daemon.pid")
 
 	cmd := exec.Command("setpriv", "--reuid="+strconv.Itoa(uid), "--regid="+strconv.Itoa(gid), "--clear-groups",
-		"unshare", "-Urm", "sh", "-c", sessionScript)
+		"unshare", "-Urm", "sh", "-c", nsScript)
 	cmd.Env = append(os.Environ(), "GOVERLAY="+testutil.Binary(t), "GOPTS="+goOpts, "PIDFILE="+pidfile,
 		"GL="+gs.lower, "GU="+gs.upper, "GW="+gs.work, "GMNT="+gmnt,
 		"KL="+ks.lower, "KU="+ks.upper, "KW="+ks.work, "KMNT="+kmnt, "GORACE=atexit_sleep_ms=0")
@@ -139,18 +139,18 @@ func runRootlessMatrix(t *testing.T, goOpts string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// setpriv and unshare exec: the PID is the session shell's.
-	sessionPID = cmd.Process.Pid
+	// setpriv and unshare exec: the PID is the namespace shell's.
+	nsPID = cmd.Process.Pid
 	ended := make(chan error, 1)
 	t.Cleanup(func() {
 		stdin.Close()
 		select {
 		case err := <-ended:
 			if err != nil {
-				t.Errorf("rootless session: %v: %s", err, stderr.String())
+				t.Errorf("rootless shell: %v: %s", err, stderr.String())
 			}
 		case <-time.After(30 * time.Second):
-			t.Errorf("rootless session did not end: killing it and its daemon")
+			t.Errorf("rootless shell did not end: killing it and its daemon")
 			cmd.Process.Kill()
 			if b, err := os.ReadFile(pidfile); err == nil {
 				if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
@@ -170,10 +170,10 @@ func runRootlessMatrix(t *testing.T, goOpts string) {
 	select {
 	case line := <-ready:
 		if strings.TrimSpace(line) != "ready" {
-			t.Fatalf("rootless session did not mount: %q: %s", line, stderr.String())
+			t.Fatalf("rootless shell did not mount: %q: %s", line, stderr.String())
 		}
 	case <-time.After(60 * time.Second):
-		t.Fatalf("rootless session: no mount after 60s: %s", stderr.String())
+		t.Fatalf("rootless shell: no mount after 60s: %s", stderr.String())
 	}
 
 	e := matrixEnv{
