@@ -2,12 +2,10 @@ package overlay
 
 import (
 	"context"
-	"strconv"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/pkg/xattr"
 	"golang.org/x/sys/unix"
 
 	"github.com/goverlay/goverlay/lower"
@@ -84,7 +82,7 @@ func (n *node) setattrAt(f fs.FileHandle, d *lower.Dir, name string, in *fuse.Se
 	if m, ok := in.GetMode(); ok {
 		done, err := n.ofs.setattrOverride(d, name, &m, -1, -1)
 		if err == nil && !done {
-			err = chmodAt(d, name, m&07777)
+			err = upper.Chmod(d, name, m&07777)
 		}
 		n.invalidateNoSec()
 		if err != nil {
@@ -104,9 +102,7 @@ func (n *node) setattrAt(f fs.FileHandle, d *lower.Dir, name string, in *fuse.Se
 		}
 		done, err := n.ofs.setattrOverride(d, name, nil, u, g)
 		if err == nil && !done {
-			err = d.Do(func(fd int) error {
-				return unix.Fchownat(fd, nameOrDot(name), u, g, unix.AT_SYMLINK_NOFOLLOW)
-			})
+			err = upper.Chown(d, name, u, g)
 		}
 		n.invalidateNoSec()
 		if err != nil && !n.ofs.opts.Owners.squashed() {
@@ -151,56 +147,19 @@ func nameOrDot(name string) string {
 	return name
 }
 
-// chmodAt changes the mode of name in d (d itself for ""), never of what a
-// symlink there points to: fchmodat2(AT_SYMLINK_NOFOLLOW), or before Linux
-// 6.6 the object opened O_PATH|O_NOFOLLOW and changed through its /proc
-// link. Linux gives symlinks no mode of their own: EOPNOTSUPP.
-func chmodAt(d *lower.Dir, name string, mode uint32) error {
-	return d.Do(func(fd int) error {
-		if name == "" {
-			return unix.Fchmodat(fd, ".", mode, 0)
-		}
-		err := unix.Fchmodat(fd, name, mode, unix.AT_SYMLINK_NOFOLLOW)
-		if err != unix.EOPNOTSUPP {
-			return err
-		}
-		pfd, err := unix.Openat(fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(pfd)
-		var st unix.Stat_t
-		if err := unix.Fstat(pfd, &st); err != nil {
-			return err
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			return unix.EOPNOTSUPP
-		}
-		return unix.Chmod("/proc/self/fd/"+strconv.Itoa(pfd), mode)
-	})
-}
-
 // truncate sets a regular file's size, through the caller's handle when it
 // has one (ftruncate), else by opening the upper file.
 func (n *node) truncate(f fs.FileHandle, d *lower.Dir, name string, size uint64) error {
 	if h, ok := f.(*handle); ok {
 		return h.truncate(size)
 	}
-	if name == "" {
-		return syscall.EISDIR
-	}
-	fd, err := d.Open(name, unix.O_WRONLY)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	return unix.Ftruncate(fd, int64(size))
+	return upper.Truncate(d, name, int64(size))
 }
 
 // setTimes applies atime/mtime changes, "now" included.
 func setTimes(d *lower.Dir, name string, in *fuse.SetAttrIn) error {
 	omit := unix.Timespec{Nsec: unix.UTIME_OMIT}
-	ts := []unix.Timespec{omit, omit}
+	ts := [2]unix.Timespec{omit, omit}
 	set := false
 	if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
 		ts[0], set = unix.Timespec{Nsec: unix.UTIME_NOW}, true
@@ -215,9 +174,7 @@ func setTimes(d *lower.Dir, name string, in *fuse.SetAttrIn) error {
 	if !set {
 		return nil
 	}
-	return d.Do(func(fd int) error {
-		return unix.UtimesNanoAt(fd, nameOrDot(name), ts, unix.AT_SYMLINK_NOFOLLOW)
-	})
+	return upper.SetTimes(d, name, ts)
 }
 
 var _ = (fs.NodeSetxattrer)((*node)(nil))
@@ -239,12 +196,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 		return errno(err)
 	}
 	e := n.withUpperName(d, func(d *lower.Dir, name string) syscall.Errno {
-		return errno(xattrPath(d, name, func(p string, follow bool) error {
-			if follow {
-				return xattr.SetWithFlags(p, attr, data, int(flags))
-			}
-			return xattr.LSetWithFlags(p, attr, data, int(flags))
-		}))
+		return errno(upper.Setxattr(d, name, attr, data, int(flags)))
 	})
 	n.xattrChanged(attr)
 	return e
@@ -266,21 +218,10 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 		return errno(err)
 	}
 	e := n.withUpperName(d, func(d *lower.Dir, name string) syscall.Errno {
-		return errno(xattrPath(d, name, func(p string, follow bool) error {
-			if follow {
-				return xattr.Remove(p, attr)
-			}
-			return xattr.LRemove(p, attr)
-		}))
+		return errno(upper.Removexattr(d, name, attr))
 	})
 	n.xattrChanged(attr)
 	return e
-}
-
-// xattrPath calls op with the /proc path of entry name in d, or of d itself
-// (followed: it is a magic link to the directory).
-func xattrPath(d *lower.Dir, name string, op func(path string, follow bool) error) error {
-	return d.DoPath(name, func(p string) error { return op(p, name == "") })
 }
 
 // xattrChanged updates what depends on attribute attr of n.
