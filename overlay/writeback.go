@@ -50,7 +50,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
@@ -111,7 +110,7 @@ func decideIO(o Options, readOnly bool) ioMode {
 func passthroughGrantable() (bool, string) {
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
-		if maj, min, ok := kernelVersion(unix.ByteSliceToString(u.Release[:])); ok && (maj < 6 || maj == 6 && min < 9) {
+		if maj, min, ok := kernelVersion(unix.ByteSliceToString(u.Release[:])); ok && olderThan(maj, min, [2]int{6, 9}) {
 			return false, fmt.Sprintf("Linux %d.%d has no FUSE passthrough (6.9+)", maj, min)
 		}
 	}
@@ -127,21 +126,6 @@ func passthroughGrantable() (bool, string) {
 // initialUserNS is the initial user namespace as /proc/PID/ns/user names
 // it (PROC_USER_INIT_INO, include/linux/proc_ns.h).
 const initialUserNS = "user:[4026531837]"
-
-// kernelVersion reads "6.18.44-..." as 6, 18.
-func kernelVersion(release string) (maj, min int, ok bool) {
-	f := strings.SplitN(release, ".", 3)
-	if len(f) < 2 {
-		return 0, 0, false
-	}
-	maj, err1 := strconv.Atoi(f[0])
-	digits := f[1]
-	if i := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
-		digits = digits[:i]
-	}
-	min, err2 := strconv.Atoi(digits)
-	return maj, min, err1 == nil && err2 == nil
-}
 
 // hasCapSysAdmin reads CAP_SYS_ADMIN from the effective set.
 func hasCapSysAdmin() bool {

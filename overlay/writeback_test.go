@@ -236,9 +236,4 @@ func TestDecideIO(t *testing.T) {
 				c.o.Passthrough, c.o.Writeback, c.readOnly, got.passthrough, got.writeback, got.why)
 		}
 	}
-	for rel, want := range map[string][2]int{"6.18.44-fc-v669": {6, 18}, "6.9.0": {6, 9}, "5.15.0-91-generic": {5, 15}, "6.10rc1": {6, 10}} {
-		if maj, min, ok := kernelVersion(rel); !ok || maj != want[0] || min != want[1] {
-			t.Errorf("kernelVersion(%q) = %d.%d %v", rel, maj, min, ok)
-		}
-	}
 }

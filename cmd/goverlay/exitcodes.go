@@ -20,7 +20,8 @@ import (
 //	2     exitBadLayer  a layer or the mountpoint is missing, of the wrong
 //	                    type, nested, overlapping, duplicated, not writable
 //	                    or in use by another mount
-//	3     exitFuse      /dev/fuse is missing or cannot be opened
+//	3     exitFuse      /dev/fuse is missing or cannot be opened, or the
+//	                    kernel is older than Linux 5.11 (overlay.MinKernel)
 //	4     exitMount     the layers could not be opened or the kernel (or
 //	                    fusermount3) refused the mount
 //	5     exitDaemon    the background process could not be started or died
@@ -44,7 +45,7 @@ var exitCodes = []struct {
 	{exitOK, "mounted (in the background: the mount is live), or served until a clean unmount or SIGINT/SIGTERM/SIGHUP"},
 	{exitUsage, "bad flags or option string, or a required option missing; nothing was mounted"},
 	{exitBadLayer, "a layer or the mountpoint is missing, not a directory, nested, overlapping, duplicated, not writable or in use by another mount"},
-	{exitFuse, "/dev/fuse is missing or cannot be opened"},
+	{exitFuse, "/dev/fuse is missing or cannot be opened, or the kernel is older than Linux 5.11"},
 	{exitMount, "the layers could not be opened or the mount was refused"},
 	{exitDaemon, "the background process failed to start or died before the mount was live, or --pidfile/--log could not be written"},
 }

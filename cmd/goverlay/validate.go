@@ -27,6 +27,14 @@ var (
 	faccessat   = unix.Faccessat
 	statfs      = unix.Statfs
 	geteuid     = os.Geteuid
+	// kernelRelease is uname -r ("" when uname(2) fails).
+	kernelRelease = func() string {
+		var u unix.Utsname
+		if unix.Uname(&u) != nil {
+			return ""
+		}
+		return unix.ByteSliceToString(u.Release[:])
+	}
 )
 
 // layerRef is one directory of the stack with its role for messages.
@@ -54,6 +62,9 @@ func (c *config) layerRefs() []layerRef {
 func validate(c *config) error {
 	if err := checkRequired(c); err != nil {
 		return err
+	}
+	if err := overlay.CheckKernel(kernelRelease()); err != nil {
+		return failf(exitFuse, "%w", err)
 	}
 	refs := c.layerRefs()
 	for _, r := range refs {

@@ -287,6 +287,24 @@ func TestCheckDevFuse(t *testing.T) {
 	}
 }
 
+// TestCheckKernel: a kernel older than the minimum fails the mount before
+// any layer is looked at, with exit status 3 and the release and minimum
+// named; an unreadable release is let through.
+func TestCheckKernel(t *testing.T) {
+	old := kernelRelease
+	defer func() { kernelRelease = old }()
+	c := &config{Lower: []string{"/nonexistent/lower"}, Mountpoint: "/nonexistent/mnt"}
+	kernelRelease = func() string { return "5.10.0-28-amd64" }
+	wantFail(t, validate(c), exitFuse,
+		"Linux 5.10.0-28-amd64 is older than 5.11, the oldest goverlay runs on (it needs openat2 with RESOLVE_NO_XDEV and FUSE_HANDLE_KILLPRIV_V2): upgrade the kernel")
+	for _, rel := range []string{"5.11.0", "6.18.44", ""} {
+		kernelRelease = func() string { return rel }
+		if err := validate(c); exitCodeOf(err) != exitBadLayer {
+			t.Errorf("release %q: %v, want the missing lowerdir's exit status %d", rel, err, exitBadLayer)
+		}
+	}
+}
+
 func TestWithinAndShow(t *testing.T) {
 	for _, tc := range []struct {
 		path, dir string
