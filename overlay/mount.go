@@ -117,7 +117,8 @@ type FS struct {
 	// keptIDs maps the upper instance of a directory this mount moved
 	// with a redirect to the identity the kernel knows it by
 	// (keepIdentity). An entry goes when its directory is removed
-	// (remove); moving the directory again replaces it (the upper
+	// (remove) or replaced by a rename (Rename); moving the directory
+	// again replaces it (the upper
 	// instance keeps its inode). So it holds at most one entry per
 	// directory this mount moved that still exists.
 	keptIDs sync.Map // devIno → fs.StableAttr

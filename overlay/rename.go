@@ -168,7 +168,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	np.mu.Unlock()
 	dstE, err := nchain.Lookup(newName, n.ofs.layers)
 	dstExists := err == nil
-	if err != nil && err != syscall.ENOENT {
+	if err != nil && !errors.Is(err, syscall.ENOENT) {
 		return errno(err)
 	}
 	if dstExists {
@@ -246,7 +246,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		if whiteout, err = n.inLower(name); err != nil {
 			return errno(err)
 		}
-		if over, err = upper.Probe(dd, newName); err == unix.EEXIST {
+		if over, err = upper.Probe(dd, newName); errors.Is(err, unix.EEXIST) {
 			over = upper.OverNothing
 			if dstE.IsDir() {
 				// The target looks empty but its upper instance may
@@ -287,6 +287,10 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		dst.moved(dd, newName, sd, name)
 	} else if replaced != nil {
 		replaced.nameRemoved(dd, newName, keep)
+	} else if dstExists && dstE.IsDir() {
+		// The directory replaced is gone: its kept identity, if it
+		// was moved, with it (as in remove).
+		n.ofs.keptIDs.Delete(devIno{dstE.Stat.Dev, dstE.Stat.Ino})
 	}
 	return 0
 }
