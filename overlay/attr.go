@@ -177,59 +177,22 @@ func setTimes(d *lower.Dir, name string, in *fuse.SetAttrIn) error {
 	return upper.SetTimes(d, name, ts)
 }
 
-var _ = (fs.NodeSetxattrer)((*node)(nil))
+var _ = (fs.NodeGetattrer)((*node)(nil))
 
-// Setxattr sets an attribute after a copy-up. The overlay's own attributes
-// and the stat overrides cannot be set through the mount (hiddenXattr).
-func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	if n.ofs.hiddenXattr(attr) {
-		return syscall.EPERM
-	}
-	if isACLXattr(attr) && n.ofs.opts.Owners.mapsIDs() {
-		var err error
-		if data, err = n.ofs.opts.Owners.aclOnDisk(data); err != nil {
+// Getattr reports the topmost instance's attributes.
+func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	var st unix.Stat_t
+	if h, ok := f.(*handle); ok {
+		// fstat(2): the open file, whatever names it has left.
+		if err := h.stat(&st); err != nil {
 			return errno(err)
 		}
-	}
-	d, _, err := n.toUpper(ctx, true)
-	if err != nil {
+		n.applyOverride(&st)
+	} else if err := n.stat(&st); err != nil {
 		return errno(err)
 	}
-	e := n.withUpperName(d, func(d *lower.Dir, name string) syscall.Errno {
-		return errno(upper.Setxattr(d, name, attr, data, int(flags)))
-	})
-	n.xattrChanged(attr)
-	return e
-}
-
-var _ = (fs.NodeRemovexattrer)((*node)(nil))
-
-// Removexattr removes an attribute after a copy-up.
-func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	if n.ofs.hiddenXattr(attr) {
-		return syscall.EPERM
-	}
-	// Do not copy up for an attribute that is not there.
-	if _, errno := n.Getxattr(ctx, attr, nil); errno != 0 && errno != syscall.ERANGE {
-		return errno
-	}
-	d, _, err := n.toUpper(ctx, true)
-	if err != nil {
-		return errno(err)
-	}
-	e := n.withUpperName(d, func(d *lower.Dir, name string) syscall.Errno {
-		return errno(upper.Removexattr(d, name, attr))
-	})
-	n.xattrChanged(attr)
-	return e
-}
-
-// xattrChanged updates what depends on attribute attr of n.
-func (n *node) xattrChanged(attr string) {
-	if isSecurityXattr(attr) {
-		n.invalidateNoSec()
-	}
-	if attr == upper.ACLAccessXattr {
-		n.refreshFastExec()
-	}
+	n.fillAttr(&st, &out.Attr)
+	out.SetTimeout(n.attrTimeout())
+	n.ofs.stats.getattrs.Add(1)
+	return 0
 }

@@ -1,12 +1,16 @@
 package overlay
 
 import (
+	"context"
 	"sync"
+	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/goverlay/goverlay/lower"
+	"github.com/goverlay/goverlay/upper"
 )
 
 // link is one name of a non-directory: the directory that holds it, in
@@ -143,4 +147,60 @@ func (f *FS) forgetUpperFile(n *node) {
 	k := n.key
 	n.mu.Unlock()
 	f.upperFiles.nodes.CompareAndDelete(k, n)
+}
+
+var _ = (fs.NodeLinker)((*node)(nil))
+
+// Link gives target another name in n. The target is copied up first (a
+// hard link can only join two names of the upper layer).
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if errno := checkNewName(name); errno != 0 {
+		return nil, errno
+	}
+	t := target.(*node)
+	if t.isDir() {
+		return nil, syscall.EPERM
+	}
+	if err := t.copyUp(ctx, true); err != nil {
+		return nil, errno(err)
+	}
+	pd, err := n.upperDir(ctx)
+	if err != nil {
+		return nil, errno(err)
+	}
+	over, err := upper.Probe(pd, name)
+	if err != nil {
+		return nil, errno(err)
+	}
+	t.mu.Lock()
+	tmp, gone := t.tmp, t.orphan || t.unlinked
+	t.mu.Unlock()
+	if gone {
+		// A file with no name left is not given one again (linkat(2)
+		// answers ENOENT but for an O_TMPFILE file).
+		return nil, syscall.ENOENT
+	}
+	if tmp {
+		err = t.linkTemp(pd, name, over)
+	} else {
+		// The source name held (locMu) from here to the linkat.
+		t.locMu.RLock()
+		tp, tname := t.location()
+		if t.gone() {
+			err = syscall.ENOENT
+		} else if err = n.ofs.upper.Link(tp.Dir, tname, pd, name, over); err == nil {
+			t.addLink(lower.Member{Dir: pd}, name)
+		}
+		t.locMu.RUnlock()
+	}
+	if err != nil {
+		return nil, errno(err)
+	}
+	var st unix.Stat_t
+	if err := pd.StatOverride(name, &st); err != nil {
+		return nil, errno(err)
+	}
+	t.fillAttr(&st, &out.Attr)
+	t.setEntryTimeouts(out)
+	return t.EmbeddedInode(), 0
 }

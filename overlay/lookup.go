@@ -46,26 +46,6 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	return child, 0
 }
 
-var _ = (fs.NodeGetattrer)((*node)(nil))
-
-// Getattr reports the topmost instance's attributes.
-func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	var st unix.Stat_t
-	if h, ok := f.(*handle); ok {
-		// fstat(2): the open file, whatever names it has left.
-		if err := h.stat(&st); err != nil {
-			return errno(err)
-		}
-		n.applyOverride(&st)
-	} else if err := n.stat(&st); err != nil {
-		return errno(err)
-	}
-	n.fillAttr(&st, &out.Attr)
-	out.SetTimeout(n.attrTimeout())
-	n.ofs.stats.getattrs.Add(1)
-	return 0
-}
-
 var _ = (fs.NodeStatfser)((*node)(nil))
 
 // Statfs reports the upper layer's filesystem, or the top lower's on a

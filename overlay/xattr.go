@@ -10,6 +10,7 @@ import (
 
 	"github.com/goverlay/goverlay/lower"
 	"github.com/goverlay/goverlay/privs"
+	"github.com/goverlay/goverlay/upper"
 )
 
 // xattrTarget names the directory and entry that hold n's attributes: a
@@ -85,4 +86,61 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 		return uint32(b.Len()), syscall.ERANGE
 	}
 	return uint32(copy(dest, b.String())), 0
+}
+
+var _ = (fs.NodeSetxattrer)((*node)(nil))
+
+// Setxattr sets an attribute after a copy-up. The overlay's own attributes
+// and the stat overrides cannot be set through the mount (hiddenXattr).
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if n.ofs.hiddenXattr(attr) {
+		return syscall.EPERM
+	}
+	if isACLXattr(attr) && n.ofs.opts.Owners.mapsIDs() {
+		var err error
+		if data, err = n.ofs.opts.Owners.aclOnDisk(data); err != nil {
+			return errno(err)
+		}
+	}
+	d, _, err := n.toUpper(ctx, true)
+	if err != nil {
+		return errno(err)
+	}
+	e := n.withUpperName(d, func(d *lower.Dir, name string) syscall.Errno {
+		return errno(upper.Setxattr(d, name, attr, data, int(flags)))
+	})
+	n.xattrChanged(attr)
+	return e
+}
+
+var _ = (fs.NodeRemovexattrer)((*node)(nil))
+
+// Removexattr removes an attribute after a copy-up.
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if n.ofs.hiddenXattr(attr) {
+		return syscall.EPERM
+	}
+	// Do not copy up for an attribute that is not there.
+	if _, errno := n.Getxattr(ctx, attr, nil); errno != 0 && errno != syscall.ERANGE {
+		return errno
+	}
+	d, _, err := n.toUpper(ctx, true)
+	if err != nil {
+		return errno(err)
+	}
+	e := n.withUpperName(d, func(d *lower.Dir, name string) syscall.Errno {
+		return errno(upper.Removexattr(d, name, attr))
+	})
+	n.xattrChanged(attr)
+	return e
+}
+
+// xattrChanged updates what depends on attribute attr of n.
+func (n *node) xattrChanged(attr string) {
+	if isSecurityXattr(attr) {
+		n.invalidateNoSec()
+	}
+	if attr == upper.ACLAccessXattr {
+		n.refreshFastExec()
+	}
 }
