@@ -27,7 +27,7 @@ type move struct {
 	redirect string
 }
 
-// prepareMove copies c, the child about to be moved, into the upper layer.
+// prepareMove copies n, the child about to be moved, into the upper layer.
 // samedir is set when it stays in the same parent. What it marks is
 // recorded in undo; the node learns of it only when the rename is done
 // (commit).
@@ -44,19 +44,19 @@ type move struct {
 // absolute. With redirect_dir=off the answer is EXDEV, the kernel's answer
 // then, and mv(1) falls back to copying. Both sides of a RENAME_EXCHANGE
 // move, and each gets a redirect of its own.
-func (c *node) prepareMove(ctx context.Context, samedir bool, undo *upper.Undo) (move, syscall.Errno) {
-	m := move{c: c}
-	if !c.isDir() {
-		return m, errno(c.copyUp(ctx, true))
+func (n *node) prepareMove(ctx context.Context, samedir bool, undo *upper.Undo) (move, syscall.Errno) {
+	m := move{c: n}
+	if !n.isDir() {
+		return m, errno(n.copyUp(ctx, true))
 	}
-	c.mu.Lock()
-	pure := len(c.chain) == 1 && c.chain[0].Layer.Upper
-	old := c.redirect
-	c.mu.Unlock()
+	n.mu.Lock()
+	pure := len(n.chain) == 1 && n.chain[0].Layer.Upper
+	old := n.redirect
+	n.mu.Unlock()
 	if pure {
 		return m, 0
 	}
-	if c.ofs.opts.RedirectDirOff {
+	if n.ofs.opts.RedirectDirOff {
 		return m, syscall.EXDEV
 	}
 	absolute := !samedir
@@ -65,15 +65,15 @@ func (c *node) prepareMove(ctx context.Context, samedir bool, undo *upper.Undo) 
 		m.lowers = true
 		return m, 0
 	}
-	path, e := c.redirectFor(absolute)
+	path, e := n.redirectFor(absolute)
 	if e != 0 {
 		return m, e
 	}
-	d, err := c.upperDir(ctx)
+	d, err := n.upperDir(ctx)
 	if err != nil {
 		return m, errno(err)
 	}
-	if err := c.ofs.upper.SetRedirect(d, path, undo); err != nil {
+	if err := n.ofs.upper.SetRedirect(d, path, undo); err != nil {
 		// Where the upper refuses the xattr, the kernel answers EXDEV
 		// (Linux: fs/overlayfs/util.c ovl_check_setxattr() on
 		// EOPNOTSUPP), and mv copies. So do we, also where its
@@ -107,20 +107,20 @@ func (m move) commit() {
 // default (Linux: fs/overlayfs/params.c, the redirect_max parameter).
 const redirectMax = 256
 
-// redirectFor is the redirect directory c gets when it moves, before the
+// redirectFor is the redirect directory n gets when it moves, before the
 // move (Linux: fs/overlayfs/dir.c ovl_get_redirect()): relative, its name,
 // when it stays in its parent; absolute otherwise, its path in the merged
 // view, where an ancestor's own redirect stands for its name and an
 // absolute one ends the path. Such a path is what a lookup through the
-// layers below the upper resolves to c's lower instances, as each of those
+// layers below the upper resolves to n's lower instances, as each of those
 // layers saw them. A path longer than redirectMax is EXDEV: mv copies.
-func (c *node) redirectFor(absolute bool) (string, syscall.Errno) {
+func (n *node) redirectFor(absolute bool) (string, syscall.Errno) {
 	if !absolute {
-		name, _ := c.parentNode()
+		name, _ := n.parentNode()
 		return name, 0
 	}
 	var parts []string
-	for d := c; d != nil && !d.IsRoot(); {
+	for d := n; d != nil && !d.IsRoot(); {
 		d.mu.Lock()
 		r := d.redirect
 		d.mu.Unlock()
@@ -296,26 +296,26 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 }
 
 // landsOpaque reports whether an upper-only directory moved to name in
-// directory p must be marked opaque: p is merged, or a lower layer has
+// directory n must be marked opaque: n is merged, or a lower layer has
 // name (see Rename).
-func (p *node) landsOpaque(name string) (bool, error) {
-	if p.merged() {
+func (n *node) landsOpaque(name string) (bool, error) {
+	if n.merged() {
 		return true, nil
 	}
-	return p.inLower(name)
+	return n.inLower(name)
 }
 
-// moved records that c now lives in upper directory d under name.
-func (c *node) moved(from *lower.Dir, fromName string, d *lower.Dir, name string) {
-	if c.isDir() {
+// moved records that n now lives in upper directory d under name.
+func (n *node) moved(from *lower.Dir, fromName string, d *lower.Dir, name string) {
+	if n.isDir() {
 		// An open fd follows the directory; a reopen must know.
-		c.top().Moved(d, name)
+		n.top().Moved(d, name)
 		return
 	}
-	c.invalidateNoSec()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.replaceLinkLocked(from, fromName, lower.Member{Dir: d}, name)
+	n.invalidateNoSec()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.replaceLinkLocked(from, fromName, lower.Member{Dir: d}, name)
 }
 
 // lockNames takes the locMu of each distinct node given, in address order

@@ -54,30 +54,30 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	return child, newHandle(c, fd, true, true), handleOpenFlags, 0
 }
 
-// linkTemp gives the O_TMPFILE file t its first name, name in the upper
+// linkTemp gives the O_TMPFILE file n its first name, name in the upper
 // directory d, which holds over there.
-func (t *node) linkTemp(d *lower.Dir, name string, over upper.Over) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	tmpName := t.firstLinkLocked().name
-	if err := t.ofs.upper.Link(t.ofs.upper.Work, tmpName, d, name, over); err != nil {
+func (n *node) linkTemp(d *lower.Dir, name string, over upper.Over) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	tmpName := n.firstLinkLocked().name
+	if err := n.ofs.upper.Link(n.ofs.upper.Work, tmpName, d, name, over); err != nil {
 		return err
 	}
-	t.ofs.upper.RemoveTemp(tmpName)
-	t.links, t.tmp = []link{{lower.Member{Dir: d}, name}}, false
+	n.ofs.upper.RemoveTemp(tmpName)
+	n.links, n.tmp = []link{{lower.Member{Dir: d}, name}}, false
 	return nil
 }
 
-// dropTemp removes the body of an O_TMPFILE file that was closed without
+// dropTempLocked removes the body of an O_TMPFILE file that was closed without
 // ever being linked, or of an orphan (orphan.go), once no handle is open.
 //
-// Preconditions: t.mu is held.
-func (t *node) dropTempLocked() {
-	if t.tmp && t.openCached == 0 && t.openPassthrough == 0 {
-		t.ofs.upper.RemoveTemp(t.firstLinkLocked().name)
-		t.tmp = false
-		if t.orphan {
-			t.unlinked = true
+// Preconditions: n.mu is held.
+func (n *node) dropTempLocked() {
+	if n.tmp && n.openCached == 0 && n.openPassthrough == 0 {
+		n.ofs.upper.RemoveTemp(n.firstLinkLocked().name)
+		n.tmp = false
+		if n.orphan {
+			n.unlinked = true
 		}
 	}
 }
