@@ -35,15 +35,17 @@ var _ = (fs.NodeSetattrer)((*node)(nil))
 // Setattr changes mode, owner, size or times, after a copy-up (which skips
 // the data when the file is truncated to 0).
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	size, hasSize := in.GetSize()
-	d, _, err := n.toUpper(ctx, !hasSize || size > 0)
-	if err != nil {
-		return errno(err)
-	}
-	if e := n.withUpperName(d, func(d *lower.Dir, name string) syscall.Errno {
-		return n.setattrAt(f, d, name, in)
-	}); e != 0 {
-		return e
+	if !n.idleFlush(in) {
+		size, hasSize := in.GetSize()
+		d, _, err := n.toUpper(ctx, !hasSize || size > 0)
+		if err != nil {
+			return errno(err)
+		}
+		if e := n.withUpperName(d, func(d *lower.Dir, name string) syscall.Errno {
+			return n.setattrAt(f, d, name, in)
+		}); e != 0 {
+			return e
+		}
 	}
 	var st unix.Stat_t
 	if err := n.stat(&st); err != nil {
@@ -55,6 +57,28 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	n.fillAttr(&st, &out.Attr)
 	out.SetTimeout(n.attrTimeout())
 	return 0
+}
+
+// idleFlush reports whether in, for a lower orphan (orphan.go), changes
+// nothing: the writeback cache's flush of the times the kernel holds
+// (fuse_flush_times()), which follows the unlink or rename that removed
+// the name (fuse_update_ctime() marks the inode dirty) and carries the
+// file's own mtime. It copies nothing up.
+func (n *node) idleFlush(in *fuse.SetAttrIn) bool {
+	n.mu.Lock()
+	orphan := n.orphanLower
+	n.mu.Unlock()
+	if !orphan || in.Valid&^(fuse.FATTR_MTIME|fuse.FATTR_CTIME|fuse.FATTR_FH|fuse.FATTR_LOCKOWNER) != 0 {
+		return false
+	}
+	if in.Valid&fuse.FATTR_MTIME == 0 {
+		return true // ctime alone: the file's own is kept
+	}
+	var st unix.Stat_t
+	if n.stat(&st) != nil {
+		return false
+	}
+	return st.Mtim.Sec == int64(in.Mtime) && st.Mtim.Nsec == int64(in.Mtimensec)
 }
 
 // withUpperName calls fn with where n is in the upper layer, after its

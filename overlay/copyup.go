@@ -107,6 +107,17 @@ func (n *node) copyUp(ctx context.Context, data bool) error {
 	if par.Layer.Upper {
 		return nil // raced with another copy-up
 	}
+	n.mu.Lock()
+	orphan, gone := n.orphanLower, n.unlinked
+	n.mu.Unlock()
+	if orphan {
+		err := n.copyUpOrphan(par, srcName, data)
+		n.invalidateNoSec()
+		return err
+	}
+	if gone {
+		return syscall.ENOENT
+	}
 	name, p := n.parentNode()
 	if p == nil {
 		return syscall.ESTALE

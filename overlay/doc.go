@@ -34,7 +34,8 @@
 //     before node.mu and a lower.Dir's mu: handle.current reads the node's
 //     location and opens the upper file under it.
 //  4. node.mu guards the fields a copy-up or rename changes: chain,
-//     redirect, links, key, unlinked, tmp and the open-handle counts.
+//     redirect, links, key, unlinked, tmp, orphan, orphanLower and the
+//     open-handle counts.
 //     Functions named ...Locked need it held (their "Preconditions:" line
 //     says so).
 //  5. dirHandle.mu guards an open directory's listing and position; nothing

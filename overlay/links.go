@@ -173,7 +173,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		return nil, errno(err)
 	}
 	t.mu.Lock()
-	tmp, gone := t.tmp, t.orphan || t.unlinked
+	tmp, gone := t.tmp, t.orphan || t.orphanLower || t.unlinked
 	t.mu.Unlock()
 	if gone {
 		// A file with no name left is not given one again (linkat(2)

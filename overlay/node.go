@@ -79,6 +79,10 @@ type node struct {
 	// orphan marks an open file whose last name was removed: it was
 	// kept under a name in the workdir until its last close (orphan.go).
 	orphan bool
+	// orphanLower marks an open file of a lower layer whose last name
+	// was removed: it is read where it is until a change copies it up
+	// into the workdir, which makes it an orphan (orphan.go).
+	orphanLower bool
 }
 
 func (f *FS) newRoot() *node {

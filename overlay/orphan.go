@@ -1,7 +1,12 @@
 package overlay
 
 import (
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
 	"github.com/goverlay/goverlay/lower"
+	"github.com/goverlay/goverlay/upper"
 )
 
 // An open file whose last name is removed (unlink, or a rename over it)
@@ -13,9 +18,18 @@ import (
 // workdir (upper.Layer.Keep), which the node uses from then on as an
 // O_TMPFILE file uses its own (tmpfile.go): every operation works
 // unchanged, the mount shows no name, fstat shows nlink 0, and the last
-// close removes it. A lower file that was opened read-only and then
-// removed keeps reading from its lower layer; what would need a copy-up
-// of it answers ENOENT.
+// close removes it.
+//
+// A lower file that was opened (read-only: a writer has copied it up) and
+// then lost its last name is still where it was, in its lower layer: it
+// becomes a lower orphan, read there as before. A change through its
+// descriptor (fchmod, futimens, fsetxattr, a reopen for writing through
+// /proc) copies it up into the workdir under a fresh name and nowhere
+// else (copyUpOrphan), which makes it an orphan like the above. The
+// kernel overlay's copy-up links its copy to the removed name
+// (ovl_copy_up_tmpfile(), ovl_copy_up_one()'s destname), which the
+// whiteout or the file renamed over it holds, and fails with EEXIST;
+// goverlay does what a local filesystem does for an open file.
 
 // keepIfOpen gives c a name in the workdir when (d, name), about to be
 // removed, is the last name of c and c is open. It returns that name, or
@@ -55,7 +69,9 @@ func (c *node) dropKept(keep string) {
 // Preconditions: c.locMu is held for writing.
 func (c *node) nameRemoved(d *lower.Dir, name, keep string) {
 	if keep == "" {
-		c.removeLink(d, name)
+		if !c.keepLower() {
+			c.removeLink(d, name)
+		}
 		return
 	}
 	c.mu.Lock()
@@ -64,4 +80,50 @@ func (c *node) nameRemoved(d *lower.Dir, name, keep string) {
 	c.tmp, c.orphan = true, true
 	// Its handles may all have closed since keepIfOpen looked.
 	c.dropTempLocked()
+}
+
+// keepLower makes c a lower orphan when it is an open file of a lower
+// layer, whose only name was just removed. It reports whether it did.
+func (c *node) keepLower() bool {
+	c.mu.Lock()
+	keep := !c.isDir() && len(c.links) == 1 && !c.links[0].dir.Layer.Upper && c.openCached+c.openPassthrough > 0
+	c.orphanLower = c.orphanLower || keep
+	c.mu.Unlock()
+	if keep {
+		// The kernel drops the link count it caches for the file: let
+		// it ask again, and see the lower file's, which the kernel
+		// overlay reports too (ovl_getattr()). Attributes only (offset
+		// -1), which waits for no lock or request.
+		c.NotifyContent(-1, 0)
+	}
+	return keep
+}
+
+// copyUpOrphan copies up n, a lower orphan whose lower file is name in
+// par, into the workdir: n is an orphan from then on.
+//
+// Preconditions: n.copyMu is held.
+func (n *node) copyUpOrphan(par lower.Member, name string, data bool) error {
+	var st unix.Stat_t
+	if err := par.Stat(name, &st); err != nil {
+		return err
+	}
+	src := upper.Source{Dir: par.Dir, Name: name, Stat: st, Override: n.ofs.copyOverride(par.Dir, name, &st)}
+	tmp, err := n.ofs.upper.CopyUpTemp(src, data)
+	if err != nil {
+		return err
+	}
+	n.locMu.Lock()
+	defer n.locMu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.orphanLower {
+		// Its last handle closed meanwhile.
+		n.ofs.upper.RemoveTemp(tmp)
+		return syscall.ENOENT
+	}
+	n.links = []link{{lower.Member{Dir: n.ofs.upper.Work}, tmp}}
+	n.orphanLower, n.tmp, n.orphan = false, true, true
+	n.ofs.stats.copyUps.Add(1)
+	return nil
 }

@@ -69,11 +69,18 @@ func (n *node) linkTemp(d *lower.Dir, name string, over upper.Over) error {
 }
 
 // dropTempLocked removes the body of an O_TMPFILE file that was closed without
-// ever being linked, or of an orphan (orphan.go), once no handle is open.
+// ever being linked, or of an orphan (orphan.go), once no handle is open;
+// a lower orphan not copied up is then gone.
 //
 // Preconditions: n.mu is held.
 func (n *node) dropTempLocked() {
-	if n.tmp && n.openCached == 0 && n.openPassthrough == 0 {
+	if n.openCached != 0 || n.openPassthrough != 0 {
+		return
+	}
+	if n.orphanLower {
+		n.orphanLower, n.unlinked = false, true
+	}
+	if n.tmp {
 		n.ofs.upper.RemoveTemp(n.firstLinkLocked().name)
 		n.tmp = false
 		if n.orphan {

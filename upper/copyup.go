@@ -70,6 +70,19 @@ func (l *Layer) CopyUp(src Source, dst *lower.Dir, name string, data bool, ino u
 	return nil
 }
 
+// CopyUpTemp copies src into the workdir under a fresh name, which it
+// returns, and gives it no other: the copy-up of an open file whose last
+// name was removed. RemoveTemp removes it; a crash leaves it to Open's
+// cleaning of the workdir.
+func (l *Layer) CopyUpTemp(src Source, data bool) (string, error) {
+	tmp := l.tmpName()
+	if err := l.build(src, tmp, data); err != nil {
+		removeAll(l.Work, tmp)
+		return "", fmt.Errorf("copy up %q: %w", src.Name, err)
+	}
+	return tmp, nil
+}
+
 // InoXattr, under the overlay's xattr prefix, holds the inode number an
 // object had before its copy-up.
 const InoXattr = "goverlay.ino"

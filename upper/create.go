@@ -459,7 +459,7 @@ func (l *Layer) Keep(d *lower.Dir, name string) (string, error) {
 	return tmp, nil
 }
 
-// RemoveTemp removes a file CreateTemp or Keep made.
+// RemoveTemp removes a file CreateTemp, Keep or CopyUpTemp made.
 func (l *Layer) RemoveTemp(name string) error {
 	return unix.Unlinkat(l.wfd, name, 0)
 }

@@ -17,26 +17,60 @@ import (
 // rename over it) goes on working through its descriptor: ftruncate,
 // fchmod, futimens, fsetxattr, fgetxattr, write and read, as on the
 // kernel overlay, which runs the same steps; with passthrough on and off,
-// for a file made in the mount and one copied up from a lower layer. Once
-// closed, the file leaves nothing in the upper layer or the workdir.
+// for a file made in the mount, one copied up from a lower layer, and a
+// lower file opened read-only, which a change through the descriptor
+// copies up to a file no name shows. There the kernel overlay's copy-up
+// fails with EEXIST (it links the copy to the removed name, which the
+// whiteout or the other file holds) and goverlay does what a local
+// filesystem does: from the kernel's first EEXIST on, the steps are
+// compared with the same steps on a plain directory. Once closed, the file
+// leaves nothing in the upper layer or the workdir.
 func TestUnlinkedOpenFile(t *testing.T) {
 	testutil.RequireRoot(t)
 	build := func(l []*testutil.Layer, _ *testutil.Layer) {
 		l[0].File("lower", "lower data\n", 0o644).File("other", "other\n", 0o644)
+		l[0].File("lower-ro", "lower data\n", 0o644).Xattr("lower-ro", "user.lower", "lv")
 	}
 	for _, pt := range []string{"on", "off"} {
 		for _, how := range []string{"unlink", "rename-over"} {
-			for _, which := range []string{"new", "lower"} {
+			for _, which := range []string{"new", "lower", "lower-ro"} {
 				t.Run(fmt.Sprintf("passthrough=%s/%s/%s", pt, how, which), func(t *testing.T) {
 					t.Parallel()
 					start := time.Now()
 					ks, gs := newStack(t, 1, build), newStack(t, 1, build)
 					kmnt, g := mountK(t, ks), mountG(t, gs, "-o", "passthrough="+pt)
-					kr := unlinkedSteps(t, kmnt, how, which)
-					gr := unlinkedSteps(t, g.Dir, how, which)
-					for i := range kr {
-						if kr[i] != gr[i] {
-							t.Errorf("goverlay %s, kernel overlay %s", gr[i], kr[i])
+					steps := unlinkedSteps
+					if which == "lower-ro" {
+						steps = unlinkedReadOnlySteps
+					}
+					kr := steps(t, kmnt, how, which)
+					var gr []string
+					if which == "lower-ro" {
+						// Reading copies nothing up.
+						gr = readOnlySteps(t, g.Dir, how, which, func() {
+							if ents, err := os.ReadDir(filepath.Join(gs.work, "work")); err != nil || len(ents) > 0 {
+								t.Errorf("before any change the workdir holds %v (%v)", ents, err)
+							}
+						})
+					} else {
+						gr = steps(t, g.Dir, how, which)
+					}
+					want, by := kr, make([]string, len(kr))
+					for i := range by {
+						by[i] = "kernel overlay"
+					}
+					if which == "lower-ro" {
+						// The same steps on a plain directory, the layer
+						// of a stack of its own.
+						ls := newStack(t, 1, build)
+						want = sinceEEXIST(kr, steps(t, ls.lower[0], how, which), by)
+					}
+					if len(want) != len(gr) {
+						t.Fatalf("goverlay %q, want %q", gr, want)
+					}
+					for i := range want {
+						if want[i] != gr[i] {
+							t.Errorf("goverlay %s, %s %s", gr[i], by[i], want[i])
 						}
 					}
 					g.Unmount(t)
@@ -67,6 +101,109 @@ func TestUnlinkedOpenFile(t *testing.T) {
 	}
 }
 
+// sinceEEXIST returns the kernel overlay's outcomes kr up to the first
+// EEXIST, and the local filesystem's lr from there on, and says whose each
+// is in by.
+func sinceEEXIST(kr, lr, by []string) []string {
+	if len(kr) != len(lr) {
+		return kr
+	}
+	want := append([]string(nil), kr...)
+	for i := range kr {
+		if f := strings.Fields(kr[i]); len(f) > 1 && f[1] == "EEXIST" {
+			for j := i; j < len(kr); j++ {
+				want[j], by[j] = lr[j], "local filesystem"
+			}
+			break
+		}
+	}
+	return want
+}
+
+// removeName removes the name p in mnt: unlinked, or another file renamed
+// over it.
+func removeName(t *testing.T, mnt, p, how string) {
+	t.Helper()
+	var err error
+	switch how {
+	case "unlink":
+		err = unix.Unlink(p)
+	case "rename-over":
+		err = unix.Rename(filepath.Join(mnt, "other"), p)
+	}
+	if err != nil {
+		t.Fatalf("%s %s: %v", how, p, err)
+	}
+}
+
+// unlinkedReadOnlySteps opens a lower file read-only in mnt, removes its
+// name, and changes its metadata through the descriptor; it returns one
+// line per step with its outcome.
+func unlinkedReadOnlySteps(t *testing.T, mnt, how, which string) []string {
+	t.Helper()
+	return readOnlySteps(t, mnt, how, which, func() {})
+}
+
+// readOnlySteps is unlinkedReadOnlySteps, calling read after the steps that
+// only read.
+func readOnlySteps(t *testing.T, mnt, how, which string, read func()) []string {
+	t.Helper()
+	p := filepath.Join(mnt, which)
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("open %s: %v", p, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	ino := st.Ino
+	removeName(t, mnt, p, how)
+	var out []string
+	step := func(name string, err error, result string) {
+		out = append(out, fmt.Sprintf("%-10s %s %s", name, errName(errnoOf(t, err)), result))
+	}
+	buf := make([]byte, 16)
+	stat := func(name string) {
+		err := unix.Fstat(fd, &st)
+		step(name, err, fmt.Sprintf("mode=%o size=%d nlink=%d mtime=%d same-ino=%v", st.Mode, st.Size, st.Nlink, st.Mtim.Sec, st.Ino == ino))
+	}
+	stat("fstat0")
+	n, err := unix.Fgetxattr(fd, "user.lower", buf)
+	step("fgetxattr0", err, string(buf[:max(n, 0)]))
+	read()
+	step("ftruncate", unix.Ftruncate(fd, 4), "")
+	step("fchmod", unix.Fchmod(fd, 0o640), "")
+	stat("fstat1")
+	ts := []unix.Timespec{{Sec: 1000000, Nsec: 0}, {Sec: 2000000, Nsec: 0}}
+	step("futimens", unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH), "")
+	step("fsetxattr", unix.Fsetxattr(fd, "user.k", []byte("v"), 0), "")
+	n, err = unix.Fgetxattr(fd, "user.k", buf)
+	step("fgetxattr", err, string(buf[:max(n, 0)]))
+	n, err = unix.Fgetxattr(fd, "user.lower", buf)
+	step("fgetxattr1", err, string(buf[:max(n, 0)]))
+	n, err = unix.Flistxattr(fd, buf)
+	step("flistxattr", err, fmt.Sprintf("%q", buf[:max(n, 0)]))
+	step("fremovexattr", unix.Fremovexattr(fd, "user.lower"), "")
+	n, err = unix.Pread(fd, buf, 0)
+	step("pread", err, fmt.Sprintf("%q", buf[:max(n, 0)]))
+	stat("fstat2")
+	rfd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", fd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		n, err = unix.Pread(rfd, buf, 0)
+		if err == nil {
+			step("fchmod2", unix.Fchmod(rfd, 0o600), "")
+		}
+		unix.Close(rfd)
+	}
+	step("reopen", err, fmt.Sprintf("%q", buf[:max(n, 0)]))
+	stat("fstat3")
+	b, err := os.ReadFile(p)
+	step("name", err, strings.TrimSpace(string(b)))
+	return out
+}
+
 // unlinkedSteps opens a file in mnt, removes its name, and uses the
 // descriptor; it returns one line per step with its outcome.
 func unlinkedSteps(t *testing.T, mnt, how, which string) []string {
@@ -84,17 +221,7 @@ func unlinkedSteps(t *testing.T, mnt, how, which string) []string {
 	if _, err := unix.Pwrite(fd, []byte("written before\n"), 0); err != nil {
 		t.Fatal(err)
 	}
-	switch how {
-	case "unlink":
-		err = unix.Unlink(p)
-	case "rename-over":
-		// Another file takes the name.
-		other := filepath.Join(mnt, "other")
-		err = unix.Rename(other, p)
-	}
-	if err != nil {
-		t.Fatalf("%s %s: %v", how, p, err)
-	}
+	removeName(t, mnt, p, how)
 	var out []string
 	step := func(name string, err error, result string) {
 		out = append(out, fmt.Sprintf("%-10s %s %s", name, errName(errnoOf(t, err)), result))
