@@ -29,23 +29,26 @@ func TestUnlinkedOpenFile(t *testing.T) {
 	testutil.RequireRoot(t)
 	build := func(l []*testutil.Layer, _ *testutil.Layer) {
 		l[0].File("lower", "lower data\n", 0o644).File("other", "other\n", 0o644)
-		l[0].File("lower-ro", "lower data\n", 0o644).Xattr("lower-ro", "user.lower", "lv")
+		for _, f := range []string{"lower-ro", "lower-reopen"} {
+			l[0].File(f, "lower data\n", 0o644).Xattr(f, "user.lower", "lv")
+		}
 	}
 	for _, pt := range []string{"on", "off"} {
 		for _, how := range []string{"unlink", "rename-over"} {
-			for _, which := range []string{"new", "lower", "lower-ro"} {
+			for _, which := range []string{"new", "lower", "lower-ro", "lower-reopen"} {
 				t.Run(fmt.Sprintf("passthrough=%s/%s/%s", pt, how, which), func(t *testing.T) {
 					t.Parallel()
 					start := time.Now()
 					ks, gs := newStack(t, 1, build), newStack(t, 1, build)
 					kmnt, g := mountK(t, ks), mountG(t, gs, "-o", "passthrough="+pt)
 					steps := unlinkedSteps
-					if which == "lower-ro" {
+					readOnly := strings.HasPrefix(which, "lower-r")
+					if readOnly {
 						steps = unlinkedReadOnlySteps
 					}
 					kr := steps(t, kmnt, how, which)
 					var gr []string
-					if which == "lower-ro" {
+					if readOnly {
 						// Reading copies nothing up.
 						gr = readOnlySteps(t, g.Dir, how, which, func() {
 							if ents, err := os.ReadDir(filepath.Join(gs.work, "work")); err != nil || len(ents) > 0 {
@@ -59,7 +62,7 @@ func TestUnlinkedOpenFile(t *testing.T) {
 					for i := range by {
 						by[i] = "kernel overlay"
 					}
-					if which == "lower-ro" {
+					if readOnly {
 						// The same steps on a plain directory, the layer
 						// of a stack of its own.
 						ls := newStack(t, 1, build)
@@ -138,7 +141,8 @@ func removeName(t *testing.T, mnt, p, how string) {
 
 // unlinkedReadOnlySteps opens a lower file read-only in mnt, removes its
 // name, and changes its metadata through the descriptor; it returns one
-// line per step with its outcome.
+// line per step with its outcome. For "lower-reopen" the first change is a
+// write through a reopen for writing (/proc/self/fd).
 func unlinkedReadOnlySteps(t *testing.T, mnt, how, which string) []string {
 	t.Helper()
 	return readOnlySteps(t, mnt, how, which, func() {})
@@ -164,15 +168,32 @@ func readOnlySteps(t *testing.T, mnt, how, which string, read func()) []string {
 	step := func(name string, err error, result string) {
 		out = append(out, fmt.Sprintf("%-10s %s %s", name, errName(errnoOf(t, err)), result))
 	}
-	buf := make([]byte, 16)
+	buf := make([]byte, 64)
+	// A write sets mtime to the time of the run, which is not the
+	// oracle's: "now" stands for it.
+	begin := time.Now().Unix() - 1
 	stat := func(name string) {
 		err := unix.Fstat(fd, &st)
-		step(name, err, fmt.Sprintf("mode=%o size=%d nlink=%d mtime=%d same-ino=%v", st.Mode, st.Size, st.Nlink, st.Mtim.Sec, st.Ino == ino))
+		mtime := fmt.Sprint(st.Mtim.Sec)
+		if st.Mtim.Sec >= begin {
+			mtime = "now"
+		}
+		step(name, err, fmt.Sprintf("mode=%o size=%d nlink=%d mtime=%s same-ino=%v", st.Mode, st.Size, st.Nlink, mtime, st.Ino == ino))
 	}
 	stat("fstat0")
 	n, err := unix.Fgetxattr(fd, "user.lower", buf)
 	step("fgetxattr0", err, string(buf[:max(n, 0)]))
 	read()
+	if which == "lower-reopen" {
+		wfd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", fd), unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err == nil {
+			_, err = unix.Pwrite(wfd, []byte("LOWER"), 0)
+			unix.Close(wfd)
+		}
+		step("reopen-rw", err, "")
+		n, err = unix.Pread(fd, buf, 0)
+		step("pread0", err, fmt.Sprintf("%q", buf[:max(n, 0)]))
+	}
 	step("ftruncate", unix.Ftruncate(fd, 4), "")
 	step("fchmod", unix.Fchmod(fd, 0o640), "")
 	stat("fstat1")
