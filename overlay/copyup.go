@@ -108,15 +108,12 @@ func (n *node) copyUp(ctx context.Context, data bool) error {
 		return nil // raced with another copy-up
 	}
 	n.mu.Lock()
-	orphan, gone := n.orphanLower, n.unlinked
+	orphan := n.orphanLower
 	n.mu.Unlock()
 	if orphan {
 		err := n.copyUpOrphan(par, srcName, data)
 		n.invalidateNoSec()
 		return err
-	}
-	if gone {
-		return syscall.ENOENT
 	}
 	name, p := n.parentNode()
 	if p == nil {
