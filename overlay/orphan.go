@@ -36,65 +36,65 @@ import (
 // "" when none is needed or it cannot be had (the file then goes as
 // before).
 //
-// Preconditions: c.locMu is held for writing, or c is nil.
-func (c *node) keepIfOpen(d *lower.Dir, name string) string {
-	if c == nil || c.isDir() || !d.Layer.Upper {
+// Preconditions: n.locMu is held for writing, or n is nil.
+func (n *node) keepIfOpen(d *lower.Dir, name string) string {
+	if n == nil || n.isDir() || !d.Layer.Upper {
 		return ""
 	}
-	c.mu.Lock()
-	last := len(c.links) == 1 && c.links[0].dir.Dir == d && c.links[0].name == name
-	open := c.openCached+c.openPassthrough > 0
-	c.mu.Unlock()
+	n.mu.Lock()
+	last := len(n.links) == 1 && n.links[0].dir.Dir == d && n.links[0].name == name
+	open := n.openCached+n.openPassthrough > 0
+	n.mu.Unlock()
 	if !last || !open {
 		return ""
 	}
-	keep, err := c.ofs.upper.Keep(d, name)
+	keep, err := n.ofs.upper.Keep(d, name)
 	if err != nil {
-		c.ofs.log.Printf("cannot keep the open file %q after its last name goes: %v", name, err)
+		n.ofs.log.Printf("cannot keep the open file %q after its last name goes: %v", name, err)
 		return ""
 	}
 	return keep
 }
 
 // dropKept removes what keepIfOpen made when the removal failed.
-func (c *node) dropKept(keep string) {
+func (n *node) dropKept(keep string) {
 	if keep != "" {
-		c.ofs.upper.RemoveTemp(keep)
+		n.ofs.upper.RemoveTemp(keep)
 	}
 }
 
 // nameRemoved records that (d, name) of c is gone; with keep, c lives on
 // in the workdir under that name until its last close.
 //
-// Preconditions: c.locMu is held for writing.
-func (c *node) nameRemoved(d *lower.Dir, name, keep string) {
+// Preconditions: n.locMu is held for writing.
+func (n *node) nameRemoved(d *lower.Dir, name, keep string) {
 	if keep == "" {
-		if !c.keepLower() {
-			c.removeLink(d, name)
+		if !n.keepLower() {
+			n.removeLink(d, name)
 		}
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.links = []link{{lower.Member{Dir: c.ofs.upper.Work}, keep}}
-	c.tmp, c.orphan = true, true
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.links = []link{{lower.Member{Dir: n.ofs.upper.Work}, keep}}
+	n.tmp, n.orphan = true, true
 	// Its handles may all have closed since keepIfOpen looked.
-	c.dropTempLocked()
+	n.dropTempLocked()
 }
 
 // keepLower makes c a lower orphan when it is an open file of a lower
 // layer, whose only name was just removed. It reports whether it did.
-func (c *node) keepLower() bool {
-	c.mu.Lock()
-	keep := !c.isDir() && len(c.links) == 1 && !c.links[0].dir.Layer.Upper && c.openCached+c.openPassthrough > 0
-	c.orphanLower = c.orphanLower || keep
-	c.mu.Unlock()
+func (n *node) keepLower() bool {
+	n.mu.Lock()
+	keep := !n.isDir() && len(n.links) == 1 && !n.links[0].dir.Layer.Upper && n.openCached+n.openPassthrough > 0
+	n.orphanLower = n.orphanLower || keep
+	n.mu.Unlock()
 	if keep {
 		// The kernel drops the link count it caches for the file: let
 		// it ask again, and see the lower file's, which the kernel
 		// overlay reports too (ovl_getattr()). Attributes only (offset
 		// -1), which waits for no lock or request.
-		c.NotifyContent(-1, 0)
+		n.NotifyContent(-1, 0)
 	}
 	return keep
 }
