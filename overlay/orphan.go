@@ -31,8 +31,8 @@ import (
 // whiteout or the file renamed over it holds, and fails with EEXIST;
 // goverlay does what a local filesystem does for an open file.
 
-// keepIfOpen gives c a name in the workdir when (d, name), about to be
-// removed, is the last name of c and c is open. It returns that name, or
+// keepIfOpen gives n a name in the workdir when (d, name), about to be
+// removed, is the last name of n and n is open. It returns that name, or
 // "" when none is needed or it cannot be had (the file then goes as
 // before).
 //
@@ -63,7 +63,7 @@ func (n *node) dropKept(keep string) {
 	}
 }
 
-// nameRemoved records that (d, name) of c is gone; with keep, c lives on
+// nameRemoved records that (d, name) of n is gone; with keep, n lives on
 // in the workdir under that name until its last close.
 //
 // Preconditions: n.locMu is held for writing.
@@ -82,7 +82,7 @@ func (n *node) nameRemoved(d *lower.Dir, name, keep string) {
 	n.dropTempLocked()
 }
 
-// keepLower makes c a lower orphan when it is an open file of a lower
+// keepLower makes n a lower orphan when it is an open file of a lower
 // layer, whose only name was just removed. It reports whether it did.
 func (n *node) keepLower() bool {
 	n.mu.Lock()
