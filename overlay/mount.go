@@ -5,6 +5,7 @@ import (
 	"log"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -239,6 +240,7 @@ func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	spareProcs.Do(addSpareProcs)
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
 		srv.Unmount()
@@ -255,6 +257,27 @@ func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 		f.log.Printf("%v", err)
 	}
 	return srv, nil
+}
+
+// spareProcs raises GOMAXPROCS once per process, after the first server
+// has sized its readers by it.
+var spareProcs sync.Once
+
+// addSpareProcs gives the Go scheduler two Ps more than go-fuse has
+// readers. Each reader waits for the next request in read(/dev/fuse)
+// holding its P. While every P is held so, the runtime's sysmon takes
+// the Ps away from the blocked readers (runtime/proc.go retake(): a P in
+// a system call is left alone only while another P is idle) and keeps
+// polling every 20 µs; a reader woken by a request then finds its P gone,
+// parks, and waits for another thread to hand it one. With an idle P
+// left over, a woken reader takes its own P back at once, and sysmon
+// backs off to its 10 ms poll. go-fuse runs GOMAXPROCS readers at most
+// (fuse.NewServer: between 2 and 16, plus one that is starting).
+func addSpareProcs() {
+	readers := min(max(runtime.GOMAXPROCS(0), 2), 16) + 1
+	if procs := readers + 2; procs > runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(procs)
+	}
 }
 
 // fsOptions sets every go-fuse option, each with its reason.
