@@ -182,3 +182,37 @@ func TestSummary(t *testing.T) {
 		}
 	}
 }
+
+// TestSummaryRootless: a rootless run's summary compares goverlay-rootless
+// with the rootless kernel overlay and fuse-overlayfs.
+func TestSummaryRootless(t *testing.T) {
+	r := chartReport()
+	rootless := map[string]bool{"kernel": true, "fuse-overlayfs": true, "goverlay": true}
+	for _, tg := range r.Targets {
+		if rootless[tg.Name] {
+			tg.Name += "-rootless"
+		}
+	}
+	for _, res := range r.Results {
+		if rootless[res.Target] {
+			res.Target += "-rootless"
+		}
+	}
+	var b strings.Builder
+	r.WriteTable(&b)
+	out := b.String()
+	i := strings.Index(out, "\nSummary: goverlay-rootless,")
+	if i < 0 {
+		t.Fatalf("no summary for goverlay-rootless:\n%s", out)
+	}
+	sum := out[i:]
+	for _, want := range []string{
+		"against kernel-rootless, on 3 workload(s):",
+		"ahead on 1: fstime-1024-write 1.10× noisy",
+		"against fuse-overlayfs-rootless, on 5 workload(s):",
+	} {
+		if !strings.Contains(sum, want) {
+			t.Errorf("summary lacks %q:\n%s", want, sum)
+		}
+	}
+}

@@ -632,7 +632,7 @@ const noisySpread = 2.0
 // and by how much, slowest first.
 func (r *Report) writeSummary(w io.Writer) {
 	target := ""
-	for _, t := range []string{"goverlay"} {
+	for _, t := range []string{"goverlay-rootless", "goverlay"} {
 		if r.ran(t) {
 			target = t
 		}
@@ -650,7 +650,12 @@ func (r *Report) writeSummary(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nSummary: %s, median speed relative to each reference (above 1: %s is faster, or for memory smaller)\n\n", target, target)
 	lines := 0
-	for _, ref := range []string{"kernel", "fuse-overlayfs"} {
+	// A rootless goverlay is compared with the rootless references.
+	suffix := ""
+	if strings.HasSuffix(target, "-rootless") {
+		suffix = "-rootless"
+	}
+	for _, ref := range []string{"kernel" + suffix, "fuse-overlayfs" + suffix} {
 		if !r.ran(ref) {
 			continue
 		}
