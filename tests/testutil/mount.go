@@ -127,9 +127,26 @@ func (m *Mounted) finish(t testing.TB, unmount, explicit bool) {
 	// mount, which on a loaded machine can take a while, and gives up
 	// after umountTimeout with a lazy detach: a daemon that stopped
 	// answering blocks it), then the wait.
+	//
+	// umount(8) can also be stuck for good: a daemon stopped or hung after
+	// it read the statfs request umount sends cannot be interrupted out of
+	// (request_wait_answer() waits for a request already in userspace
+	// uninterruptibly), and only the daemon's death ends it. So umount
+	// runs beside this function, which waits for it a little longer than
+	// umountTimeout and otherwise goes on to the daemon, whose kill frees
+	// it.
+	var umountDone chan error
 	if unmount && IsMounted(m.Dir) {
-		if err := runUmount(m.Dir); err != nil {
-			t.Errorf("%v", err)
+		umountDone = make(chan error, 1)
+		go func() { umountDone <- runUmount(m.Dir) }()
+		select {
+		case err := <-umountDone:
+			umountDone = nil
+			if err != nil {
+				t.Errorf("%v", err)
+			}
+		case <-time.After(umountTimeout + 5*time.Second):
+			t.Errorf("umount %s: stuck in a request the daemon does not answer", m.Dir)
 		}
 	}
 	if m.proc != nil {
@@ -150,6 +167,13 @@ func (m *Mounted) finish(t testing.TB, unmount, explicit bool) {
 			} else {
 				t.Logf("daemon %d of %s: %s", m.PID, m.Dir, desc)
 			}
+		}
+	}
+	if umountDone != nil && m.proc != nil {
+		// The daemon is gone (it was killed at the latest): so is
+		// what held umount.
+		if err := <-umountDone; err != nil {
+			t.Errorf("%v", err)
 		}
 	}
 	if IsMounted(m.Dir) {
