@@ -30,6 +30,10 @@
 //     changes the node's names, so no system call meets a name half moved.
 //     Rename holds several, in address order (lockNames); nothing else
 //     holds more than one.
+//     node.timesMu, with the writeback cache, serialises setting a
+//     file's times (Setattr, under locMu) with a written-back page's
+//     restoring of its mtime (keepMtime); nothing of ours is taken under
+//     it, so a write asks for locMu before it takes timesMu.
 //  3. handle.mu guards a handle's fds (fd, upper, stale). It is taken
 //     before node.mu and a lower.Dir's mu: handle.current reads the node's
 //     location and opens the upper file under it.

@@ -135,8 +135,11 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if h.n.ofs.raw.seen(ctx).flags&flagCacheWrite == 0 {
 		n, err = unix.Pwrite(fd, data, off)
 	} else {
+		// strippable takes locMu, which comes before timesMu
+		// (doc.go): asked before keepMtime takes timesMu.
+		strip := h.n.strippable(fd)
 		err = h.n.keepMtime(fd, func() (err error) {
-			if h.n.strippable(fd) {
+			if strip {
 				n, err = mmapWrite(fd, data, off)
 			} else {
 				n, err = unix.Pwrite(fd, data, off)
@@ -207,8 +210,11 @@ func (h *handle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, 
 	if h.n.ofs.raw.seen(ctx).flags&flagCacheWrite == 0 {
 		n, err = unix.Pwritev(fd, data, off)
 	} else {
+		// strippable takes locMu, which comes before timesMu
+		// (doc.go): asked before keepMtime takes timesMu.
+		strip := h.n.strippable(fd)
 		err = h.n.keepMtime(fd, func() (err error) {
-			if h.n.strippable(fd) {
+			if strip {
 				n, err = mmapWrite(fd, bytes.Join(data, nil), off)
 			} else {
 				n, err = unix.Pwritev(fd, data, off)
