@@ -255,14 +255,11 @@ func mountedElsewhere(mnt string, dev uint64) string {
 	if dev == 0 || unix.Stat(mnt, &st) != nil || st.Dev == dev {
 		return ""
 	}
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return ""
-	}
+	mounts, _ := readMountinfo("/proc/self/mountinfo")
 	want := fmt.Sprintf("%d:%d", unix.Major(dev), unix.Minor(dev))
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[2] == want {
-			return unescapeMountinfo(f[4])
+	for _, m := range mounts {
+		if m.dev == want {
+			return m.mountpoint
 		}
 	}
 	return ""

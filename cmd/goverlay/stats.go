@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -145,24 +144,10 @@ func whyNoStats(mnt string, err error) string {
 // path (the topmost one, when several are stacked), from
 // /proc/self/mountinfo (proc(5)).
 func mountType(path string) (fsType string, mounted bool) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for sc.Scan() {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 || unescapeMountinfo(fields[4]) != path {
-			continue
-		}
-		for i := 5; i < len(fields)-1; i++ {
-			if fields[i] == "-" {
-				fsType, mounted = fields[i+1], true
-				break
-			}
+	mounts, _ := readMountinfo("/proc/self/mountinfo")
+	for _, m := range mounts {
+		if m.mountpoint == path {
+			fsType, mounted = m.fsType, true
 		}
 	}
 	return fsType, mounted

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -440,7 +439,7 @@ func checkKernelOverlays(c *config) error {
 	if c.Upper == "" {
 		return nil
 	}
-	data, err := os.ReadFile(mountinfoPath)
+	mounts, err := readMountinfo(mountinfoPath)
 	if err != nil {
 		return nil // no mount table to look at (no /proc): nothing to compare
 	}
@@ -452,13 +451,11 @@ func checkKernelOverlays(c *config) error {
 		}
 		ours[fileID{dev: st.dev, ino: st.ino}] = r.role + " " + show(r.path)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		sep := slices.Index(f, "-")
-		if sep < 5 || len(f) < sep+4 || f[sep+1] != "overlay" {
+	for _, m := range mounts {
+		if m.fsType != "overlay" {
 			continue
 		}
-		for _, opt := range strings.Split(f[sep+3], ",") {
+		for _, opt := range strings.Split(m.superOpts, ",") {
 			key, val, _ := strings.Cut(opt, "=")
 			if key != "upperdir" && key != "workdir" {
 				continue
@@ -469,31 +466,11 @@ func checkKernelOverlays(c *config) error {
 			}
 			if what, ok := ours[fileID{dev: st.dev, ino: st.ino}]; ok {
 				return failf(exitBadLayer, "%s is the %s of the kernel overlay mounted on %s; two mounts must not share an upperdir or workdir: unmount it first, or give this mount its own directories",
-					what, key, show(unescapeMountinfo(f[4])))
+					what, key, show(m.mountpoint))
 			}
 		}
 	}
 	return nil
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for a space, \054 for
-// a comma, ...) of /proc/self/mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // checkSameMount refuses to mount on a mountpoint that a goverlay mount of
