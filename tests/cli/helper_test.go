@@ -104,8 +104,8 @@ func TestMountTypeFuse(t *testing.T) {
 			}
 			m := testutil.Adopt(t, mnt)
 			checkHelperMount(t, m, "goverlay-src")
-			if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-				t.Fatalf("umount: %v: %s", err, out)
+			if err := testutil.Umount(mnt); err != nil {
+				t.Fatal(err)
 			}
 			m.WaitDaemon(t)
 		})

@@ -84,8 +84,8 @@ func TestMakeInstall(t *testing.T) {
 		}
 		m := testutil.AdoptOf(t, mnt, installed)
 		checkHelperMount(t, m, "installed-src")
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Fatalf("umount: %v: %s", err, out)
+		if err := testutil.Umount(mnt); err != nil {
+			t.Fatal(err)
 		}
 		m.WaitDaemon(t)
 	})

@@ -143,8 +143,8 @@ func TestForeground(t *testing.T) {
 		t.Fatalf("goverlay -f returned while mounted: %v", waitErr)
 	default:
 	}
-	if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-		t.Fatalf("umount: %v: %s", err, out)
+	if err := testutil.Umount(mnt); err != nil {
+		t.Fatal(err)
 	}
 	<-exited // bounded by cmdTimeout through the context
 	if ctx.Err() != nil {

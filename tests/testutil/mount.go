@@ -299,6 +299,11 @@ func tail(b []byte, n int) []byte {
 // umountTimeout bounds one umount(8).
 const umountTimeout = 30 * time.Second
 
+// Umount is umount(8) of dir as the harness runs it (runUmount): retried
+// while a process forked by a parallel test briefly holds the mount busy,
+// bounded, and detached lazily if it still fails, which it reports.
+func Umount(dir string) error { return runUmount(dir) }
+
 // runUmount runs umount(8) on dir with a deadline, and on failure detaches
 // dir lazily.
 func runUmount(dir string) error {
