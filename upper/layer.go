@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -144,14 +145,26 @@ func OpenAt(u *lower.Layer, wfd int, workPath string, o Options) (*Layer, error)
 // mount.
 var ErrInUse = errors.New("in use by another mount")
 
+// inUseWait is how long lockInUse waits for a layer's lock to be released.
+const inUseWait = time.Second
+
 // lockInUse takes an exclusive flock(2) on d, held until its fd is closed
 // (the upper layer's root and the workdir live as long as the mount), so
 // that a second goverlay on the same upperdir or workdir is refused
 // instead of emptying the workdir under a copy-up in flight. The kernel
 // overlay marks both directories in use for the same reason (Linux:
 // fs/overlayfs/super.c ovl_inuse_trylock()).
+//
+// A daemon whose mount was just unmounted holds the lock until it has
+// closed its layers, a moment later: the lock is tried again for up to
+// inUseWait, so that `umount; goverlay ...` run back to back works.
 func lockInUse(d *lower.Dir, role, path string) error {
-	err := d.Do(func(fd int) error { return unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) })
+	lock := func() error { return d.Do(func(fd int) error { return unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) }) }
+	err := lock()
+	for end := time.Now().Add(inUseWait); errors.Is(err, unix.EWOULDBLOCK) && time.Now().Before(end); {
+		time.Sleep(20 * time.Millisecond)
+		err = lock()
+	}
 	if errors.Is(err, unix.EWOULDBLOCK) {
 		return fmt.Errorf("%s %q is %w (another goverlay holds it); unmount that first, or give this mount its own %s", role, path, ErrInUse, role)
 	}

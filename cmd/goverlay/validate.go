@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"golang.org/x/sys/unix"
@@ -473,12 +475,54 @@ func checkKernelOverlays(c *config) error {
 	return nil
 }
 
+// daemonExitWait bounds how long a mount waits for the daemon of a mount
+// that was just unmounted from the same mountpoint to exit.
+const daemonExitWait = 5 * time.Second
+
+// fuseMountedOn reports whether a FUSE filesystem is mounted on dir.
+func fuseMountedOn(dir string) bool {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return true
+	}
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = r
+	}
+	mounts, err := readMountinfo("/proc/self/mountinfo")
+	if err != nil {
+		return true // cannot tell: refuse, as before
+	}
+	for _, m := range mounts {
+		if m.mountpoint == abs && strings.HasPrefix(m.fsType, "fuse") {
+			return true
+		}
+	}
+	return false
+}
+
+// waitExit waits until process pid has exited (a zombie has closed its
+// files, and with them its locks and sockets), for at most d.
+func waitExit(pid int, d time.Duration) {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return
+		}
+		// pid (comm) S ...: the state follows the last ')'.
+		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
+			return
+		}
+	}
+}
+
 // checkSameMount refuses to mount on a mountpoint that a goverlay mount of
 // the same layers already holds: a second copy of a mount is a mistake (a
 // script run twice), not a stack. A goverlay with layers of its own, or
 // any other filesystem, stacks on a busy mountpoint as on any directory.
 // A mount with an upper layer is refused anyway, by the lock on it
-// (upper.ErrInUse); this check is what catches a read-only one.
+// (upper.ErrInUse); this check is what catches a read-only one. A daemon
+// whose mount is gone is waited for instead: `umount; goverlay ...` run
+// back to back must work.
 func checkSameMount(c *config) error {
 	s, err := overlay.ReadStats(c.Mountpoint)
 	if err != nil || len(s.Lower) != len(c.Lower) || (s.Upper == "") != (c.Upper == "") {
@@ -495,6 +539,12 @@ func checkSameMount(c *config) error {
 		}
 	}
 	if c.Upper != "" && !same(c.Upper, s.Upper) {
+		return nil
+	}
+	if !fuseMountedOn(c.Mountpoint) {
+		// Unmounted a moment ago: its daemon answers until it has
+		// released the layers and exits, which it does at once.
+		waitExit(s.PID, daemonExitWait)
 		return nil
 	}
 	return failf(exitBadLayer, "mountpoint %s already holds a goverlay mount of the same layers (pid %d); unmount it first, or mount elsewhere", show(c.Mountpoint), s.PID)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -246,4 +247,81 @@ func TestQuietMount(t *testing.T) {
 		t.Errorf("--log file %q (%v) does not record the NOSEC decision", log, err)
 	}
 	m.Unmount(t)
+}
+
+// TestRemountAtOnce: `umount DIR; goverlay ... DIR` run back to back
+// mounts again, on the same mountpoint and on another one, though the
+// first daemon may still be closing its layers when the second starts.
+func TestRemountAtOnce(t *testing.T) {
+	testutil.RequireRoot(t)
+	for _, where := range []string{"same-mountpoint", "other-mountpoint"} {
+		t.Run(where, func(t *testing.T) {
+			t.Parallel()
+			testutil.LeakCheck(t)
+			lower, mnt := layers(t)
+			// Enough files that a daemon takes a while to let go of them.
+			for i := 0; i < 3000; i++ {
+				must(t, os.WriteFile(filepath.Join(lower, "dir", "f"+strconv.Itoa(i)), nil, 0o644))
+			}
+			base := t.TempDir()
+			upper, work := mkdirs(t, base, "upper", "work")
+			other, _ := mkdirs(t, base, "other", "unused")
+			var daemons []*testutil.Proc
+			t.Cleanup(func() {
+				for _, d := range []string{mnt, other} {
+					if testutil.IsMounted(d) {
+						_ = testutil.Umount(d)
+					}
+				}
+				for _, p := range daemons {
+					if !p.Wait(10 * time.Second) {
+						p.Kill()
+						t.Errorf("a daemon did not exit after its mount was gone")
+					}
+				}
+			})
+			opts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work
+			for i := 0; i < 10; i++ {
+				dir := mnt
+				if where == "other-mountpoint" && i%2 == 1 {
+					dir = other
+				}
+				pidfile := filepath.Join(base, "pid"+strconv.Itoa(i))
+				// The race runtime's sleep at exit off (GORACE), as the
+				// harness has it: a daemon sleeping there holds its layers.
+				r := testutil.Run(t, cmdTimeout, []string{"GORACE=atexit_sleep_ms=0"}, testutil.Binary(t), "--pidfile", pidfile, "-o", opts, dir)
+				if r.Code != 0 {
+					t.Fatalf("mount %d on %s right after the umount of the last one: %v", i, dir, r)
+				}
+				data, err := os.ReadFile(pidfile)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := testutil.Track(pid, "daemon")
+				if err != nil {
+					t.Fatal(err)
+				}
+				daemons = append(daemons, p)
+				if _, err := os.Stat(filepath.Join(dir, "file")); err != nil {
+					t.Fatalf("mount %d: %v", i, err)
+				}
+				ents, err := os.ReadDir(filepath.Join(dir, "dir"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range ents {
+					if _, err := e.Info(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := testutil.Umount(dir); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
 }
