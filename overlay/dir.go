@@ -20,10 +20,12 @@ var _ = (fs.NodeOpendirHandler)((*node)(nil))
 // and reads it at the first iterate, not at open).
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	d := &dirHandle{n: n}
-	// The kernel keeps the listing in the directory's page cache and
-	// serves later opens from it (FOPEN_CACHE_DIR, kept across opens by
-	// FOPEN_KEEP_CACHE; fs/fuse/readdir.c): a warm readdir costs OPENDIR
-	// and RELEASEDIR, no READDIR(PLUS) and no lookups here. Every change
+	// The kernel opens directories without asking (diropen.go); this
+	// handle serves one pass of READDIRs. The kernel keeps the listing
+	// in the directory's page cache and serves later opens from it
+	// (FOPEN_CACHE_DIR, kept across opens by FOPEN_KEEP_CACHE, the flags
+	// of an open the kernel makes itself; fs/fuse/readdir.c): a warm
+	// readdir costs nothing here. Every change
 	// of a merged listing is an operation on that directory through this
 	// mount (create, mknod, mkdir, symlink, link, unlink, rmdir, rename),
 	// after which the kernel drops the cached listing itself

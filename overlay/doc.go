@@ -54,8 +54,9 @@
 //     lsMu, and the fd cache only ever TryLocks a Dir's mu under its own,
 //     so it never waits for one.
 //
-// The inode-number map's lock (ino.go) is a leaf: nothing is taken under
-// it. The tables that need no lock of ours (upperFiles, keptIDs, raw's
+// The inode-number map's lock (ino.go) and the idle directory streams'
+// lock (dirStreams.mu, diropen.go) are leaves: nothing is taken under
+// them. The tables that need no lock of ours (upperFiles, keptIDs, raw's
 // request marks) are sync.Maps.
 //
 // Calls into go-fuse's inode tree (GetChild, Parent, NewInode) may be made

@@ -24,6 +24,9 @@ type rawFS struct {
 	// releasing holds, for each RELEASE in flight, what its handle left
 	// to run once go-fuse is done with the file (afterRelease).
 	releasing sync.Map // <-chan struct{} → *func()
+	// dirs serves the READDIRs of directories opened without a request
+	// (diropen.go).
+	dirs dirStreams
 }
 
 // reqMark is what rawFS saw on a request.

@@ -1,0 +1,166 @@
+package overlay
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// Directories open without a request (no OPENDIR, no RELEASEDIR).
+//
+// The first OPENDIR is answered ENOSYS. The kernel then opens every
+// directory of the mount by itself, with FOPEN_KEEP_CACHE|FOPEN_CACHE_DIR
+// (fs/fuse/file.c fuse_file_open(), fc->no_opendir): exactly the flags
+// dirHandle's own opens had. A warm walk (find, ls -R, a stat walk) then
+// reaches the daemon not at all, where it cost two requests per
+// directory: the listing is in the directory's page cache, the
+// attributes and entries in the dentry cache.
+//
+// What does reach the daemon are the requests that need a listing the
+// kernel has not cached (READDIR, READDIRPLUS) and FSYNCDIR, all with
+// file handle 0. rawFS serves them through a dirStream: a dirHandle
+// opened through go-fuse's bridge for that directory, kept between
+// requests so that the offsets of one pass through a directory stay
+// those of one listing (dirHandle reads the listing at the first READDIR
+// and again at offset 0, as before). A pass that reaches the end of the
+// listing gives its stream back; streams left behind by a reader that
+// stopped early are closed oldest first beyond maxDirStreams.
+//
+// The kernel checks permissions itself (default_permissions), so the
+// open needs nothing from the daemon.
+
+// maxDirStreams bounds the open dirStreams of a mount.
+const maxDirStreams = 64
+
+// dirStream is one pass through a directory, between requests.
+type dirStream struct {
+	node uint64 // the directory's node ID
+	fh   uint64 // its dirHandle, opened through the bridge
+	next uint64 // the offset the next READDIR of this pass asks for
+	used uint64 // when it was last used (dirStreams.clock)
+}
+
+// dirStreams holds the streams not in use by a request.
+type dirStreams struct {
+	mu    sync.Mutex
+	idle  []*dirStream
+	clock uint64
+
+	// opendirs counts OPENDIR requests (the kernel sends one), opened
+	// the streams opened.
+	opendirs, opened atomic.Uint64
+}
+
+// OpenDir: see "Directories open without a request" above.
+func (r *rawFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	r.dirs.opendirs.Add(1)
+	return fuse.ENOSYS
+}
+
+func (r *rawFS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return r.readDir(cancel, in, out, r.RawFileSystem.ReadDir)
+}
+
+func (r *rawFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return r.readDir(cancel, in, out, r.RawFileSystem.ReadDirPlus)
+}
+
+// readDir serves one READDIR(PLUS) from the stream of the pass it
+// continues, or from a new one.
+func (r *rawFS) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList,
+	read func(<-chan struct{}, *fuse.ReadIn, *fuse.DirEntryList) fuse.Status) fuse.Status {
+	if in.Fh != 0 {
+		return read(cancel, in, out)
+	}
+	s, st := r.takeStream(cancel, in.InHeader, in.Offset)
+	if !st.Ok() {
+		return st
+	}
+	req := *in
+	req.Fh = s.fh
+	st = read(cancel, &req, out)
+	if !st.Ok() || out.Offset == in.Offset {
+		// An error, or the end of the listing: this pass is over.
+		r.closeStream(s)
+		return st
+	}
+	s.next = out.Offset
+	r.putStream(s)
+	return st
+}
+
+func (r *rawFS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	if in.Fh != 0 {
+		return r.RawFileSystem.FsyncDir(cancel, in)
+	}
+	s, st := r.openStream(cancel, in.InHeader)
+	if !st.Ok() {
+		return st
+	}
+	defer r.closeStream(s)
+	req := *in
+	req.Fh = s.fh
+	return r.RawFileSystem.FsyncDir(cancel, &req)
+}
+
+// takeStream returns the idle stream of directory h.NodeId whose pass
+// asks for offset next, or a new stream; either way the caller owns it
+// until putStream or closeStream.
+func (r *rawFS) takeStream(cancel <-chan struct{}, h fuse.InHeader, next uint64) (*dirStream, fuse.Status) {
+	d := &r.dirs
+	if next != 0 {
+		d.mu.Lock()
+		for i, s := range d.idle {
+			if s.node == h.NodeId && s.next == next {
+				d.idle = append(d.idle[:i], d.idle[i+1:]...)
+				d.mu.Unlock()
+				return s, fuse.OK
+			}
+		}
+		d.mu.Unlock()
+	}
+	return r.openStream(cancel, h)
+}
+
+// openStream opens a dirHandle of directory h.NodeId through the bridge.
+func (r *rawFS) openStream(cancel <-chan struct{}, h fuse.InHeader) (*dirStream, fuse.Status) {
+	in := fuse.OpenIn{InHeader: h, Flags: unix.O_RDONLY | unix.O_DIRECTORY}
+	var out fuse.OpenOut
+	if st := r.RawFileSystem.OpenDir(cancel, &in, &out); !st.Ok() {
+		return nil, st
+	}
+	r.dirs.opened.Add(1)
+	return &dirStream{node: h.NodeId, fh: out.Fh}, fuse.OK
+}
+
+// putStream makes s idle, closing the least recently used idle stream
+// beyond maxDirStreams.
+func (r *rawFS) putStream(s *dirStream) {
+	d := &r.dirs
+	d.mu.Lock()
+	d.clock++
+	s.used = d.clock
+	d.idle = append(d.idle, s)
+	var evict *dirStream
+	if len(d.idle) > maxDirStreams {
+		oldest := 0
+		for i, o := range d.idle {
+			if o.used < d.idle[oldest].used {
+				oldest = i
+			}
+		}
+		evict = d.idle[oldest]
+		d.idle = append(d.idle[:oldest], d.idle[oldest+1:]...)
+	}
+	d.mu.Unlock()
+	if evict != nil {
+		r.closeStream(evict)
+	}
+}
+
+// closeStream releases s's dirHandle.
+func (r *rawFS) closeStream(s *dirStream) {
+	r.RawFileSystem.ReleaseDir(&fuse.ReleaseIn{InHeader: fuse.InHeader{NodeId: s.node}, Fh: s.fh})
+}

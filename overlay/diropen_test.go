@@ -1,0 +1,174 @@
+package overlay
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// getdents reads the names of the directory open as fd with a buffer of
+// bufSize bytes per getdents64 call, at most max calls (0: to the end),
+// and returns them with each entry's d_off.
+func getdents(t *testing.T, fd, bufSize, max int) (names []string, offs []int64) {
+	t.Helper()
+	buf := make([]byte, bufSize)
+	for calls := 0; max == 0 || calls < max; calls++ {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		for b := buf[:n]; len(b) > 0; {
+			reclen := int(b[16]) | int(b[17])<<8
+			off := int64(0)
+			for i := 7; i >= 0; i-- {
+				off = off<<8 | int64(b[8+i])
+			}
+			name := b[19:reclen]
+			if i := slices.Index(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if s := string(name); s != "." && s != ".." {
+				names = append(names, s)
+				offs = append(offs, off)
+			}
+			b = b[reclen:]
+		}
+	}
+	return names, offs
+}
+
+func openDirFD(t *testing.T, dir string) int {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// TestDirOpenWithoutRequest: directories are opened without OPENDIR (the
+// kernel is told once, with ENOSYS), and their listings are still whole
+// and consistent: read in small steps by several readers at once, with
+// seeks back to an offset handed out, after passes left half done (more
+// of them than the daemon keeps), and after a change; fsync of a
+// directory works; a warm walk opens no listing in the daemon.
+func TestDirOpenWithoutRequest(t *testing.T) {
+	l := listingLayers(t)
+	var want []string
+	for i := 0; i < 600; i++ {
+		name := fmt.Sprintf("a-rather-long-name-so-one-read-does-not-hold-them-all-%04d", i)
+		write(t, fmt.Sprintf("%s/d/%s", l[i%3], name), "x")
+		want = append(want, name)
+	}
+	for i := 0; i < 2*maxDirStreams; i++ {
+		for j := 0; j < 40; j++ {
+			write(t, fmt.Sprintf("%s/many/d%03d/file-with-a-longish-name-%02d", l[j%3], i, j), "x")
+		}
+	}
+	mnt, _, f := nosecMount(t, NoSecInherit, false, l...)
+	d := mnt + "/d"
+	want = append(want, "all", "only0", "only1", "only2", "sub")
+	sort.Strings(want)
+
+	// Readers at once, each in steps of one small getdents.
+	var wg sync.WaitGroup
+	got := make([][]string, 4)
+	for r := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fd, err := unix.Open(d, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer unix.Close(fd)
+			got[r], _ = getdents(t, fd, 512, 0)
+			sort.Strings(got[r])
+		}()
+	}
+	wg.Wait()
+	for r, g := range got {
+		if !slices.Equal(g, want) {
+			t.Errorf("reader %d read %d names, want the %d of the directory once each", r, len(g), len(want))
+		}
+	}
+
+	// A seek back to an offset a read handed out goes on from there.
+	fd := openDirFD(t, d)
+	first, offs := getdents(t, fd, 1024, 3)
+	if len(first) < 10 {
+		t.Fatalf("3 reads gave %d names", len(first))
+	}
+	if _, err := unix.Seek(fd, offs[4], 0); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := getdents(t, fd, 1024, 0)
+	if all := append(slices.Clone(first[:5]), rest...); !slices.Equal(sorted(all), want) {
+		t.Errorf("after a seek to the offset of the 5th name: %d names, want %d", len(all), len(want))
+	}
+
+	// Passes left half done in more directories than the daemon keeps
+	// streams for, then finished.
+	fds := make([]int, 2*maxDirStreams)
+	heads := make([][]string, len(fds))
+	for i := range fds {
+		fds[i] = openDirFD(t, fmt.Sprintf("%s/many/d%03d", mnt, i))
+		heads[i], _ = getdents(t, fds[i], 512, 1)
+	}
+	for i, fd := range fds {
+		tail, _ := getdents(t, fd, 512, 0)
+		if all := append(heads[i], tail...); len(all) != 40 {
+			t.Errorf("many/d%03d read in two parts: %d names, want 40", i, len(all))
+		}
+	}
+
+	// A change, then a fresh listing.
+	if err := os.Remove(d + "/only1"); err != nil {
+		t.Fatal(err)
+	}
+	want = slices.DeleteFunc(want, func(s string) bool { return s == "only1" })
+	if g := names(t, d); !slices.Equal(g, want) {
+		t.Errorf("after an unlink: %d names, want %d", len(g), len(want))
+	}
+
+	if err := unix.Fsync(openDirFD(t, d)); err != nil {
+		t.Errorf("fsync of a directory: %v", err)
+	}
+
+	// Warm: no OPENDIR, no listing opened in the daemon.
+	for i := 0; i < 2; i++ {
+		names(t, d)
+		for j := range fds {
+			names(t, fmt.Sprintf("%s/many/d%03d", mnt, j))
+		}
+	}
+	od, op := f.raw.dirs.opendirs.Load(), f.raw.dirs.opened.Load()
+	for i := 0; i < 3; i++ {
+		names(t, d)
+		for j := range fds {
+			names(t, fmt.Sprintf("%s/many/d%03d", mnt, j))
+		}
+	}
+	if n := f.raw.dirs.opendirs.Load(); od == 0 || n != od {
+		t.Errorf("%d OPENDIR requests before the warm listings, %d after; want the first opens' only (answered ENOSYS, after which the kernel opens directories itself)", od, n)
+	}
+	if n := f.raw.dirs.opened.Load() - op; n != 0 {
+		t.Errorf("3 warm listings of %d directories opened %d listings in the daemon, want 0", len(fds)+1, n)
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	sort.Strings(s)
+	return s
+}
