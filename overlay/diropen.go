@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -27,6 +28,13 @@ import (
 // and again at offset 0, as before). A pass that reaches the end of the
 // listing gives its stream back; streams left behind by a reader that
 // stopped early are closed oldest first beyond maxDirStreams.
+//
+// A stream holds a file handle the kernel does not know of, so it must
+// not outlive the kernel's reference to its directory: go-fuse drops a
+// node at its last FORGET whatever handles are open, and reuses its ID.
+// A FORGET of a directory closes its idle streams before go-fuse sees it
+// (a stream in use cannot meet one: the kernel holds the directory for
+// the READDIR in flight).
 //
 // The kernel checks permissions itself (default_permissions), so the
 // open needs nothing from the daemon.
@@ -65,6 +73,30 @@ func (r *rawFS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEn
 
 func (r *rawFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
 	return r.readDir(cancel, in, out, r.RawFileSystem.ReadDirPlus)
+}
+
+// Forget: see "A stream holds a file handle" above.
+func (r *rawFS) Forget(nodeid, nlookup uint64) {
+	r.closeStreamsOf(nodeid)
+	r.RawFileSystem.Forget(nodeid, nlookup)
+}
+
+// closeStreamsOf closes the idle streams of directory node.
+func (r *rawFS) closeStreamsOf(node uint64) {
+	d := &r.dirs
+	d.mu.Lock()
+	var gone []*dirStream
+	d.idle = slices.DeleteFunc(d.idle, func(s *dirStream) bool {
+		if s.node == node {
+			gone = append(gone, s)
+			return true
+		}
+		return false
+	})
+	d.mu.Unlock()
+	for _, s := range gone {
+		r.closeStream(s)
+	}
 }
 
 // readDir serves one READDIR(PLUS) from the stream of the pass it

@@ -172,3 +172,43 @@ func sorted(s []string) []string {
 	sort.Strings(s)
 	return s
 }
+
+// TestDirStreamsForgotten: a directory left half read whose inode the
+// kernel then forgets (drop_caches) takes its stream with it: go-fuse
+// drops the node and reuses its ID, so a stream kept past the FORGET
+// would be closed on an unknown node, or serve another directory's
+// listing. Listings stay whole through forgets and reused IDs.
+func TestDirStreamsForgotten(t *testing.T) {
+	l := listingLayers(t)
+	const dirs = 3 * maxDirStreams
+	for i := 0; i < dirs; i++ {
+		for j := 0; j < 30; j++ {
+			write(t, fmt.Sprintf("%s/t/d%03d/name-long-enough-to-fill-a-read-%02d", l[j%3], i, j), "x")
+		}
+	}
+	mnt, _, _ := nosecMount(t, NoSecInherit, false, l...)
+	half := func(i int) {
+		fd, err := unix.Open(fmt.Sprintf("%s/t/d%03d", mnt, i), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		getdents(t, fd, 512, 1)
+	}
+	for round := 0; round < 3; round++ {
+		for i := 0; i < maxDirStreams/2; i++ {
+			half(i)
+		}
+		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0); err != nil {
+			t.Fatal(err)
+		}
+		for i := maxDirStreams / 2; i < dirs; i++ {
+			half(i)
+		}
+		for i := 0; i < dirs; i++ {
+			if n := len(names(t, fmt.Sprintf("%s/t/d%03d", mnt, i))); n != 30 {
+				t.Fatalf("round %d: t/d%03d lists %d names, want 30", round, i, n)
+			}
+		}
+	}
+}
