@@ -4,9 +4,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -123,9 +125,18 @@ func statsAddr(mountpoint string) string {
 	return "@goverlay-stats-" + hex.EncodeToString(sum[:16])
 }
 
+// statsBindWait bounds how long serveStats waits for its address.
+const statsBindWait = 2 * time.Second
+
 // serveStats answers each connection with the counters as JSON.
 func (f *FS) serveStats(mountpoint string, pid int) (net.Listener, error) {
+	// The daemon of a mount just unmounted from the same mountpoint may
+	// hold the address for a moment longer, until it exits.
 	l, err := net.Listen("unix", statsAddr(mountpoint))
+	for end := time.Now().Add(statsBindWait); errors.Is(err, syscall.EADDRINUSE) && time.Now().Before(end); {
+		time.Sleep(20 * time.Millisecond)
+		l, err = net.Listen("unix", statsAddr(mountpoint))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("stats socket: %w", err)
 	}

@@ -309,6 +309,9 @@ func TestRemountAtOnce(t *testing.T) {
 				if _, err := os.Stat(filepath.Join(dir, "file")); err != nil {
 					t.Fatalf("mount %d: %v", i, err)
 				}
+				if r := testutil.Run(t, cmdTimeout, []string{"GORACE=atexit_sleep_ms=0"}, testutil.Binary(t), "stats", dir); r.Code != 0 {
+					t.Errorf("goverlay stats of mount %d: %v", i, r)
+				}
 				ents, err := os.ReadDir(filepath.Join(dir, "dir"))
 				if err != nil {
 					t.Fatal(err)
