@@ -22,6 +22,23 @@ type Source struct {
 	// upper layer's override xattr, or for real when the upper layer
 	// keeps none (KeepsOverride). Stat stays the real stat.
 	Override *lower.Override
+	// Data, when set, is where the source's data is: the source is a
+	// metacopy file of a lower layer.
+	Data *lower.DataFile
+	// Meta makes the copy of a regular file a metacopy file: its
+	// metadata, the lower file's size as a hole, overlay.origin and an
+	// empty overlay.metacopy, as the kernel's with metacopy=on (Linux:
+	// fs/overlayfs/copy_up.c ovl_copy_up_metadata()). Its data is read
+	// from the lower file until CopyDataIn.
+	Meta bool
+}
+
+// openData opens the source's data for reading.
+func (src *Source) openData() (int, error) {
+	if src.Data != nil {
+		return src.Data.Open(unix.O_RDONLY)
+	}
+	return src.Dir.Open(src.Name, unix.O_RDONLY)
 }
 
 // CopyUp copies src into directory dst of the upper layer under name, the
@@ -108,8 +125,15 @@ func (l *Layer) build(src Source, tmp string, data bool) error {
 			return err
 		}
 		defer unix.Close(fd)
-		if data && st.Size > 0 {
-			in, err := src.Dir.Open(src.Name, unix.O_RDONLY)
+		switch {
+		case src.Meta:
+			// A hole of the file's size: the kernel overlay reports
+			// the upper's size, and reads the lower's data.
+			if err := unix.Ftruncate(fd, st.Size); err != nil {
+				return err
+			}
+		case data && st.Size > 0:
+			in, err := src.openData()
 			if err != nil {
 				return err
 			}
@@ -121,6 +145,11 @@ func (l *Layer) build(src Source, tmp string, data bool) error {
 		}
 		if err := l.setMeta(tmp, src); err != nil {
 			return err
+		}
+		if src.Meta {
+			if err := l.markMetacopy(fd, src); err != nil {
+				return err
+			}
 		}
 		if !l.opts.NoFsync {
 			return unix.Fsync(fd)
