@@ -147,9 +147,12 @@ func (l *Layer) build(src Source, tmp string, data bool) error {
 			return err
 		}
 		if src.Meta {
-			if err := l.markMetacopy(fd, src); err != nil {
-				return err
-			}
+			// No fsync: there is no data to lose, and the upper
+			// filesystem's journal commits the inode's metadata
+			// and xattrs before the rename that publishes it, as
+			// the kernel relies on (ovl_copy_up_metadata() syncs
+			// nothing; ovl_copy_up_file() syncs copied data).
+			return l.markMetacopy(fd, src)
 		}
 		if !l.opts.NoFsync {
 			return unix.Fsync(fd)
