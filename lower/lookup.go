@@ -64,7 +64,8 @@ type Entry struct {
 	// overlay.metacopy): where its data is. The caller owns it and must
 	// Close it. Stat then has the data file's st_blocks, as the kernel
 	// reports them (Linux: ovl_getattr()), and LowerDev and LowerIno
-	// are the first lower file's, whose inode number the file reports.
+	// are the first lower file's, whose inode number the file reports
+	// (zero when that file has other names).
 	Data               *DataFile
 	LowerDev, LowerIno uint64
 }
@@ -94,7 +95,12 @@ func (e *Entry) metacopy(c Chain, k int, name string, layers []*Layer) error {
 		data.Close()
 		return err
 	}
-	e.Data, e.LowerDev, e.LowerIno = data, first.Dev, first.Ino
+	e.Data = data
+	if first.Nlink == 1 {
+		// A lower hard link's number is its other names' too, which
+		// stay lower files of their own.
+		e.LowerDev, e.LowerIno = first.Dev, first.Ino
+	}
 	e.Stat.Blocks = st.Blocks
 	if r, ok, _ := c[k].FileRedirect(name); ok {
 		e.Redirect = r

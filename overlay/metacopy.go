@@ -53,7 +53,8 @@ func (n *node) copyDataIn(kind copyKind) error {
 	}
 	n.locMu.RLock()
 	par, name := n.location()
-	err := n.ofs.upper.CopyDataIn(par.Dir, name, data, kind == copyData)
+	// The number it reported came from its lower file: keep it.
+	err := n.ofs.upper.CopyDataIn(par.Dir, name, data, kind == copyData, n.StableAttr().Ino)
 	n.locMu.RUnlock()
 	if err != nil {
 		return err

@@ -216,7 +216,7 @@ func (f *FS) stableAttr(e *lower.Entry, name string, p *node) fs.StableAttr {
 	case e.Parent.Layer.Upper:
 		if ino, ok := f.upperIno(e.Parent.Dir, name); ok {
 			sa.Ino = ino
-		} else if e.Data != nil {
+		} else if e.Data != nil && e.LowerIno != 0 {
 			// A metacopy file reports its lower file's number, as
 			// the kernel's (ovl_getattr()).
 			sa.Ino = f.ino.ino(e.LowerDev, e.LowerIno)

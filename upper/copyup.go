@@ -57,8 +57,12 @@ func (l *Layer) CopyUp(src Source, dst *lower.Dir, name string, data bool, ino u
 		removeAll(l.Work, tmp)
 		return fmt.Errorf("copy up %q: %w", name, err)
 	}
-	if ino != 0 {
+	if ino != 0 && !src.Meta {
 		// Best effort: without it only st_ino changes at the next mount.
+		// A metacopy file reports its lower file's number, as the
+		// kernel's, and gets the xattr with its data (CopyDataIn):
+		// without it, its xattr block holds only overlay.metacopy,
+		// which ext4 shares among all such files, as the kernel's.
 		l.Work.DoPath(tmp, func(p string) error {
 			return xattr.LSet(p, l.opts.XattrPrefix+InoXattr, []byte(strconv.FormatUint(ino, 10)))
 		})

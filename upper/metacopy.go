@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 
@@ -58,10 +59,11 @@ func originFH(d *lower.Dir, name string) ([]byte, bool) {
 // the removal of overlay.metacopy, before which the data is synced (unless
 // fsync=0), so that a crash leaves a file that still reads the lower data.
 // Without withData (an open with O_TRUNC, which discards the data) nothing
-// is copied. Writing the file would remove security.capability (and, for a
+// is copied. ino, when not zero, is recorded as CopyUp records it: the file
+// no longer reports its lower file's number by itself. Writing the file would remove security.capability (and, for a
 // daemon without CAP_FSETID, suid and sgid): they are put back, as the
 // kernel puts the capability back.
-func (l *Layer) CopyDataIn(d *lower.Dir, name string, data *lower.DataFile, withData bool) error {
+func (l *Layer) CopyDataIn(d *lower.Dir, name string, data *lower.DataFile, withData bool, ino uint64) error {
 	fd, err := d.Open(name, unix.O_WRONLY)
 	if err != nil {
 		return fmt.Errorf("copy up data of %q: %w", name, err)
@@ -75,6 +77,10 @@ func (l *Layer) CopyDataIn(d *lower.Dir, name string, data *lower.DataFile, with
 		if err := l.fillData(fd, &st, data); err != nil {
 			return fmt.Errorf("copy up data of %q: %w", name, err)
 		}
+	}
+	if ino != 0 {
+		// Best effort, as in CopyUp.
+		unix.Fsetxattr(fd, l.opts.XattrPrefix+InoXattr, []byte(strconv.FormatUint(ino, 10)), 0)
 	}
 	err = unix.Fremovexattr(fd, l.opts.XattrPrefix+lower.MetacopyXattr)
 	if err != nil && !errors.Is(err, unix.ENODATA) {

@@ -20,7 +20,7 @@ func TestCopyUpMetacopy(t *testing.T) {
 	regularSource(t, e, "f", content)
 	src := e.source(t, "f")
 	src.Meta = true
-	if err := e.l.CopyUp(src, e.up.Root(), "f", true, 0); err != nil {
+	if err := e.l.CopyUp(src, e.up.Root(), "f", true, 77); err != nil {
 		t.Fatal(err)
 	}
 	p := e.upper("f")
@@ -49,7 +49,8 @@ func TestCopyUpMetacopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer data.Close()
-	if err := e.l.CopyDataIn(e.up.Root(), "f", data, true); err != nil {
+	noXattr(t, p, lower.TrustedPrefix+InoXattr)
+	if err := e.l.CopyDataIn(e.up.Root(), "f", data, true, 77); err != nil {
 		t.Fatal(err)
 	}
 	if got := readFile(t, p); got != content {
@@ -61,6 +62,7 @@ func TestCopyUpMetacopy(t *testing.T) {
 	xattrIs(t, p, "security.capability", string(capV2))
 	noXattr(t, p, lower.TrustedPrefix+lower.MetacopyXattr)
 	xattrIs(t, p, lower.TrustedPrefix+"origin", string(append(want, h.Bytes()...)))
+	xattrIs(t, p, lower.TrustedPrefix+InoXattr, "77")
 }
 
 // checkMetacopyMeta is checkRegularMeta but for the overlay's own xattrs,
@@ -93,7 +95,7 @@ func TestCopyDataInWithoutData(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer data.Close()
-	if err := e.l.CopyDataIn(e.up.Root(), "f", data, false); err != nil {
+	if err := e.l.CopyDataIn(e.up.Root(), "f", data, false, 0); err != nil {
 		t.Fatal(err)
 	}
 	noXattr(t, e.upper("f"), lower.TrustedPrefix+lower.MetacopyXattr)

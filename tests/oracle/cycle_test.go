@@ -296,7 +296,7 @@ func sideBySide(a, b []string) []string {
 func TestCycleScenarios(t *testing.T) {
 	testutil.RequireRoot(t)
 	sameBinary(t)
-	all := append([]cscenario(nil), cycleScenarios...)
+	all := append(append([]cscenario(nil), cycleScenarios...), metacopyScenarios...)
 	for _, w := range writeScenarios {
 		if !cycledWrite[w.name] {
 			continue

@@ -194,18 +194,6 @@ var metacopyScenarios = []cscenario{
 	},
 }
 
-// TestMetacopyScenarios runs the metacopy scenarios in the cycling oracle.
-func TestMetacopyScenarios(t *testing.T) {
-	testutil.RequireRoot(t)
-	sameBinary(t)
-	for _, sc := range metacopyScenarios {
-		t.Run(sc.name, func(t *testing.T) {
-			t.Parallel()
-			runCycles(t, sc)
-		})
-	}
-}
-
 // TestMetacopyCrashBeforeCommit: a data copy-in cut short by a crash (the
 // data partly written into the upper file, overlay.metacopy still there)
 // leaves a file that reads its lower data, on goverlay and on the kernel;
