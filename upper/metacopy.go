@@ -13,9 +13,11 @@ import (
 
 // markMetacopy gives fd, the copy of src, the kernel's marks of a metacopy
 // file: overlay.origin, a file handle of the lower file, and an empty
-// overlay.metacopy.
+// overlay.metacopy. Like the kernel, it records no origin for a lower hard
+// link, whose association with its other names the copy-up breaks (Linux:
+// ovl_copy_up_metadata()).
 func (l *Layer) markMetacopy(fd int, src Source) error {
-	if fh, ok := originFH(src.Dir, src.Name); ok {
+	if fh, ok := originFH(src.Dir, src.Name); ok && src.Stat.Nlink == 1 {
 		// Best effort, as the kernel's: a lower filesystem without
 		// file handles gets no origin.
 		if err := unix.Fsetxattr(fd, l.opts.XattrPrefix+"origin", fh, 0); err != nil {
@@ -59,8 +61,9 @@ func originFH(d *lower.Dir, name string) ([]byte, bool) {
 // the removal of overlay.metacopy, before which the data is synced (unless
 // fsync=0), so that a crash leaves a file that still reads the lower data.
 // Without withData (an open with O_TRUNC, which discards the data) nothing
-// is copied. ino, when not zero, is recorded as CopyUp records it: the file
-// no longer reports its lower file's number by itself. Writing the file would remove security.capability (and, for a
+// is copied. ino, when not zero, is recorded as CopyUp records it, in place
+// of overlay.origin: the file no longer reports its lower file's number by
+// itself. Writing the file would remove security.capability (and, for a
 // daemon without CAP_FSETID, suid and sgid): they are put back, as the
 // kernel puts the capability back.
 func (l *Layer) CopyDataIn(d *lower.Dir, name string, data *lower.DataFile, withData bool, ino uint64) error {
@@ -79,7 +82,11 @@ func (l *Layer) CopyDataIn(d *lower.Dir, name string, data *lower.DataFile, with
 		}
 	}
 	if ino != 0 {
-		// Best effort, as in CopyUp.
+		// Best effort, as in CopyUp. The number replaces the
+		// origin, as after any copy-up of goverlay's: both together
+		// would not fit in an ext4 inode, and the file would take an
+		// xattr block the kernel's copy does not.
+		unix.Fremovexattr(fd, l.opts.XattrPrefix+"origin")
 		unix.Fsetxattr(fd, l.opts.XattrPrefix+InoXattr, []byte(strconv.FormatUint(ino, 10)), 0)
 	}
 	err = unix.Fremovexattr(fd, l.opts.XattrPrefix+lower.MetacopyXattr)

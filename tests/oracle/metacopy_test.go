@@ -192,6 +192,39 @@ var metacopyScenarios = []cscenario{
 			claim(t, kt["t/suid"].Mode&0o4000 == 0 && kt["t/suid"].UID == 1000, "chown cleared suid")
 		},
 	},
+	{
+		// Within one layer: the data written through one name of a
+		// hard-linked metacopy file shows under the other; a moved one
+		// truncated to 0 and written; a metacopy file mapped and read
+		// while another name of it is written.
+		name: "metacopy-one-layer", metacopy: true,
+		lower: func(t testing.TB, l *testutil.Layer) {
+			l.File("t/f", "ffff\n", 0o644).File("t/g", bigContent(), 0o644).File("t/h", "hhhh\n", 0o755)
+		},
+		steps: []cstep{
+			func(c *cx) {
+				c.chown("t/f", 1000, 1000)
+				c.ln("t/f", "t/f.ln")
+				c.read("t/f.ln")
+				c.append("t/f.ln", "more\n")
+				c.readAll("t/f", "t/f.ln")
+				c.mkdir("u")
+				c.mv("t/g", "u/g")
+				c.read("u/g")
+				c.truncate("u/g", 0)
+				c.append("u/g", "g\n")
+				c.chmod("t/h", 0o700)
+				c.pwrite("t/h", 2, "HH")
+				c.readAll("u/g", "t/h")
+			},
+			func(c *cx) { c.chmod("t/f", 0o600); c.readAll("t/f", "t/f.ln", "u/g", "t/h") },
+		},
+		checkUpper: func(t testing.TB, i int, kl testutil.Tree) {
+			if i == 0 {
+				claim(t, kl["t/f"] != nil && kl["t/f"].Size == 10 && kl["t/f.ln"] != nil, "linked metacopy file written")
+			}
+		},
+	},
 }
 
 // TestMetacopyCrashBeforeCommit: a data copy-in cut short by a crash (the
