@@ -192,9 +192,16 @@ func New(o Options) (*FS, error) {
 		if u.Whiteouts != upper.KernelWhiteouts {
 			f.log.Printf("upper %s refuses char 0/0 whiteouts: deletions are written as .wh. files", o.Upper)
 		}
+		if f.opts.Metacopy {
+			if err := u.ProbeMetacopy(); err != nil {
+				// As the kernel falls back (ovl_make_workdir()).
+				f.log.Printf("upper %s cannot hold the metacopy xattr (%v): falling back to metacopy=off", o.Upper, err)
+				f.opts.Metacopy = false
+			}
+		}
 	}
 	for _, l := range f.layers {
-		l.Metacopy = o.Metacopy
+		l.Metacopy = f.opts.Metacopy
 		if !l.Cloned() && o.Debug {
 			f.log.Printf("layer %s is used in place (no private clone of its mount: open_tree(2) needs CAP_SYS_ADMIN): mounts inside it are not entered (EXDEV)", l.Path)
 		}

@@ -169,3 +169,18 @@ func (l *Layer) SetFileRedirect(d *lower.Dir, name, path string, u *Undo) error 
 	})
 	return nil
 }
+
+// ProbeMetacopy reports whether the upper filesystem lets the daemon mark
+// a file as a metacopy file: trusted.* xattrs need CAP_SYS_ADMIN in the
+// initial user namespace.
+func (l *Layer) ProbeMetacopy() error {
+	name := l.tmpName()
+	fd, err := unix.Openat(l.wfd, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	err = unix.Fsetxattr(fd, l.opts.XattrPrefix+lower.MetacopyXattr, nil, 0)
+	unix.Close(fd)
+	unix.Unlinkat(l.wfd, name, 0)
+	return err
+}
