@@ -16,8 +16,8 @@ import (
 const MetacopyXattr = "metacopy"
 
 // MetacopyError is a metacopy file whose data a lookup could not reach:
-// refused on a mount without metacopy=on (EPERM), or no lower regular file
-// holds it (EIO). The kernel fails the lookup with the same errno
+// refused on a mount without metacopy=on (EPERM, whether its data exists
+// or not), or no lower regular file holds it (EIO). The kernel fails the lookup with the same errno
 // (Linux: fs/overlayfs/namei.c ovl_lookup(), "refusing to follow metacopy
 // origin", "metacopy with no lower data found").
 type MetacopyError struct {
@@ -139,6 +139,12 @@ func rootedDir(d *Dir) (*Dir, error) {
 func (c Chain) findData(k int, name string, layers []*Layer) (data *DataFile, first unix.Stat_t, err error) {
 	top := c[k]
 	refuse := func(e unix.Errno) error { return &MetacopyError{Layer: top.Layer.Path, Name: name, Err: e} }
+	if !top.Layer.Metacopy {
+		// Refused as soon as it is met, in any layer, data below or
+		// not (Linux 6.18: ovl_lookup() "refusing to follow metacopy
+		// origin").
+		return nil, first, refuse(unix.EPERM)
+	}
 	r, ok, err := top.FileRedirect(name)
 	if err != nil {
 		return nil, first, err
@@ -233,10 +239,6 @@ func (c Chain) findData(k int, name string, layers []*Layer) (data *DataFile, fi
 			}
 			cand, candName = d, base
 			abs = rest
-		}
-		if !top.Layer.Metacopy {
-			cand.Close()
-			return nil, first, refuse(unix.EPERM)
 		}
 		if !haveFirst {
 			first, haveFirst = st, true

@@ -286,3 +286,84 @@ func TestMetacopyCrashBeforeCommit(t *testing.T) {
 	}
 	testutil.UnmountKernel(t, k)
 }
+
+// TestMetacopyOffRefusesLikeKernel: without metacopy=on, a metacopy file on
+// disk (the kernel's, here) is refused as the kernel refuses it, with
+// EPERM whether its data exists or not, in a lower layer or the upper one;
+// its neighbours read normally. With metacopy=on, one without data is EIO.
+func TestMetacopyOffRefusesLikeKernel(t *testing.T) {
+	testutil.RequireRoot(t)
+	sameBinary(t)
+	base := t.TempDir()
+	l := testutil.NewLayer(t, base+"/lower")
+	l.File("f", "data\n", 0o644).File("gone", "gone\n", 0o644).File("plain", "plain\n", 0o644)
+	l.Finish()
+	up, work := base+"/upper", base+"/work"
+	for _, d := range []string{up, work} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := testutil.KernelOverlay(t, []string{l.Root}, up, work, kernelMetacopyOpts...)
+	for _, f := range []string{"f", "gone"} {
+		if err := unix.Chown(k+"/"+f, 1000, 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.UnmountKernel(t, k)
+	// Its data gone: the upper pushed down over a lower without it.
+	l2 := testutil.NewLayer(t, base+"/lower2")
+	l2.File("f", "data\n", 0o644).File("plain", "plain\n", 0o644)
+	l2.Finish()
+	stack := []string{up, l2.Root}
+
+	outcome := func(mnt string) string {
+		var out []string
+		for _, f := range []string{"f", "gone", "plain"} {
+			_, err := os.ReadFile(mnt + "/" + f)
+			out = append(out, f+": "+errnoString(err))
+		}
+		return strings.Join(out, ", ")
+	}
+	want := "f: EPERM, gone: EPERM, plain: ok"
+	k = testutil.KernelOverlay(t, stack, "", "", kernelROOpts...)
+	if got := outcome(k); got != want {
+		t.Errorf("the kernel: %s, want %s (the test is wrong)", got, want)
+	}
+	testutil.UnmountKernel(t, k)
+	g := testutil.Mount(t, testutil.Options{Lower: stack})
+	if got := outcome(g.Dir); got != want {
+		t.Errorf("goverlay: %s, want %s", got, want)
+	}
+	g.Unmount(t)
+	want = "f: ok, gone: EIO, plain: ok"
+	k = testutil.KernelOverlay(t, stack, "", "", kernelMetacopyROOpts...)
+	if got := outcome(k); got != want {
+		t.Errorf("the kernel metacopy=on: %s, want %s (the test is wrong)", got, want)
+	}
+	testutil.UnmountKernel(t, k)
+	g = testutil.Mount(t, testutil.Options{Lower: stack, Extra: []string{"-o", "metacopy=on"}})
+	if got := outcome(g.Dir); got != want {
+		t.Errorf("goverlay metacopy=on: %s, want %s", got, want)
+	}
+	g.Unmount(t)
+
+	// As an upper layer, the same; with metacopy=on there, EIO without
+	// the data.
+	for _, want := range []string{"f: EPERM, gone: EPERM, plain: ok", "f: ok, gone: EIO, plain: ok"} {
+		kopts, gopts := kernelWriteOpts(true), goverlayWriteOpts(true)
+		if strings.HasPrefix(want, "f: ok") {
+			kopts, gopts = kernelMetacopyOpts, goverlayMetacopyOpts
+		}
+		k = testutil.KernelOverlay(t, []string{l2.Root}, up, work, kopts...)
+		if got := outcome(k); got != want {
+			t.Errorf("the kernel, upper: %s, want %s (the test is wrong)", got, want)
+		}
+		testutil.UnmountKernel(t, k)
+		g = testutil.Mount(t, testutil.Options{Lower: []string{l2.Root}, Upper: up, Work: work, Extra: gopts})
+		if got := outcome(g.Dir); got != want {
+			t.Errorf("goverlay, upper: %s, want %s", got, want)
+		}
+		g.Unmount(t)
+	}
+}
