@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"errors"
 	"syscall"
 	"time"
 
@@ -110,6 +111,11 @@ func (n *node) metacopyRedirect(absolute bool, undo *upper.Undo) (string, syscal
 	par, name := n.location()
 	err := n.ofs.upper.SetFileRedirect(par.Dir, name, path, undo)
 	n.locMu.RUnlock()
+	if errors.Is(err, syscall.EOPNOTSUPP) {
+		// As for a directory (prepareMove), and the kernel's
+		// ovl_check_setxattr(): mv copies.
+		return "", syscall.EXDEV
+	}
 	if err != nil {
 		return "", errno(err)
 	}
