@@ -94,6 +94,16 @@ func (c *cx) readAll(rels ...string) {
 	}
 }
 
+// aclUser1000 is the system.posix_acl_access value of "u::rw-,u:1000:r--,
+// g::r--,m::r--,o::r--" (Linux: include/uapi/linux/posix_acl_xattr.h).
+var aclUser1000 = func() string {
+	b := []byte{2, 0, 0, 0}
+	for _, e := range [][3]uint32{{0x01, 6, 0xffffffff}, {0x02, 4, 1000}, {0x04, 4, 0xffffffff}, {0x10, 4, 0xffffffff}, {0x20, 4, 0xffffffff}} {
+		b = append(b, byte(e[0]), byte(e[0]>>8), byte(e[1]), byte(e[1]>>8), byte(e[2]), byte(e[2]>>8), byte(e[2]>>16), byte(e[2]>>24))
+	}
+	return string(b)
+}()
+
 // bigContent is a file of several extents with a hole, so that a data
 // copy-in is more than one copy.
 func bigContent() string {
@@ -200,6 +210,7 @@ var metacopyScenarios = []cscenario{
 		name: "metacopy-one-layer", metacopy: true,
 		lower: func(t testing.TB, l *testutil.Layer) {
 			l.File("t/f", "ffff\n", 0o644).File("t/g", bigContent(), 0o644).File("t/h", "hhhh\n", 0o755)
+			l.File("t/acl", "acl\n", 0o644)
 		},
 		steps: []cstep{
 			func(c *cx) {
@@ -215,13 +226,16 @@ var metacopyScenarios = []cscenario{
 				c.append("u/g", "g\n")
 				c.chmod("t/h", 0o700)
 				c.pwrite("t/h", 2, "HH")
-				c.readAll("u/g", "t/h")
+				c.setxattr("t/acl", "system.posix_acl_access", aclUser1000) // setfacl -m u:1000:r
+				c.readAll("u/g", "t/h", "t/acl")
 			},
 			func(c *cx) { c.chmod("t/f", 0o600); c.readAll("t/f", "t/f.ln", "u/g", "t/h") },
 		},
 		checkUpper: func(t testing.TB, i int, kl testutil.Tree) {
 			if i == 0 {
 				claim(t, kl["t/f"] != nil && kl["t/f"].Size == 10 && kl["t/f.ln"] != nil, "linked metacopy file written")
+				_, meta := kl["t/acl"].Xattrs["trusted.overlay.metacopy"]
+				claim(t, meta && kl["t/acl"].Xattrs["system.posix_acl_access"] != "", "an ACL set by a metacopy copy-up")
 			}
 		},
 	},
