@@ -37,6 +37,10 @@ type Layer struct {
 	// on-disk ids. Set before the layer is used.
 	IDMapped bool
 	Unshift  *Unshift
+	// Metacopy: the mount follows metacopy files to their data
+	// (metacopy=on, metacopy.go); without it, a lookup that meets one
+	// fails as the kernel's does. Set before the layer is used.
+	Metacopy bool
 
 	root *Dir
 	// cloned: opened through a private clone of its mount (mounts.go).

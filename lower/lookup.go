@@ -57,8 +57,55 @@ type Entry struct {
 	// Opaque is set when the directory's chain was cut by an opaque marker
 	// (as opposed to reaching the bottom layer or a non-directory).
 	Opaque bool
-	// Redirect is the topmost instance's overlay.redirect, if any.
+	// Redirect is the topmost instance's overlay.redirect, if any (of a
+	// directory, or of a metacopy file).
 	Redirect string
+	// Data is set for a metacopy file (its topmost instance has
+	// overlay.metacopy): where its data is. The caller owns it and must
+	// Close it. Stat then has the data file's st_blocks, as the kernel
+	// reports them (Linux: ovl_getattr()), and LowerDev and LowerIno
+	// are the first lower file's, whose inode number the file reports
+	// (zero when that file has other names).
+	Data               *DataFile
+	LowerDev, LowerIno uint64
+}
+
+// Close closes what the entry holds open: a directory's chain, a metacopy
+// file's data.
+func (e *Entry) Close() {
+	e.Chain.Close()
+	if e.Data != nil {
+		e.Data.Close()
+	}
+}
+
+// metacopy finds the data of regular file e, entry name of c[k], when it
+// is a metacopy file.
+func (e *Entry) metacopy(c Chain, k int, name string, layers []*Layer) error {
+	meta, err := c[k].IsMetacopy(name)
+	if err != nil || !meta {
+		return err
+	}
+	data, first, err := c.findData(k, name, layers)
+	if err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	if err := data.Stat(&st); err != nil {
+		data.Close()
+		return err
+	}
+	e.Data = data
+	if first.Nlink == 1 {
+		// A lower hard link's number is its other names' too, which
+		// stay lower files of their own.
+		e.LowerDev, e.LowerIno = first.Dev, first.Ino
+	}
+	e.Stat.Blocks = st.Blocks
+	if r, ok, _ := c[k].FileRedirect(name); ok {
+		e.Redirect = r
+	}
+	return nil
 }
 
 // IsDir reports whether the entry is a directory.
@@ -141,6 +188,11 @@ func (c Chain) Lookup(name string, layers []*Layer) (*Entry, error) {
 			m.ApplyOverride(curName, &st)
 			e = &Entry{Stat: st, Parent: m}
 			if !isDir {
+				if st.Mode&unix.S_IFMT == unix.S_IFREG {
+					if err := e.metacopy(c, k, curName, layers); err != nil {
+						return nil, err
+					}
+				}
 				break
 			}
 		} else if !isDir {

@@ -14,8 +14,8 @@ import (
 
 // toUpper copies n up and returns where it is in the upper layer: a
 // directory's own instance (name ""), or a non-directory's directory and
-// name. data says whether a regular file's contents are needed.
-func (n *node) toUpper(ctx context.Context, data bool) (*lower.Dir, string, error) {
+// name. kind says whether a regular file's contents are needed (copyUp).
+func (n *node) toUpper(ctx context.Context, kind copyKind) (*lower.Dir, string, error) {
 	if !n.isDir() && n.gone() {
 		return nil, "", syscall.ENOENT
 	}
@@ -23,7 +23,7 @@ func (n *node) toUpper(ctx context.Context, data bool) (*lower.Dir, string, erro
 		d, err := n.upperDir(ctx)
 		return d, "", err
 	}
-	if err := n.copyUp(ctx, data); err != nil {
+	if err := n.copyUp(ctx, kind); err != nil {
 		return nil, "", err
 	}
 	par, name := n.location()
@@ -33,11 +33,19 @@ func (n *node) toUpper(ctx context.Context, data bool) (*lower.Dir, string, erro
 var _ = (fs.NodeSetattrer)((*node)(nil))
 
 // Setattr changes mode, owner, size or times, after a copy-up (which skips
-// the data when the file is truncated to 0).
+// the data when the file is truncated to 0, and copies the metadata alone
+// when the size does not change and metacopy is on).
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if !n.idleFlush(in) {
 		size, hasSize := in.GetSize()
-		d, _, err := n.toUpper(ctx, !hasSize || size > 0)
+		kind := copyMeta
+		if hasSize {
+			kind = copyData
+			if size == 0 {
+				kind = copyNoData
+			}
+		}
+		d, _, err := n.toUpper(ctx, kind)
 		if err != nil {
 			return errno(err)
 		}
@@ -206,8 +214,10 @@ var _ = (fs.NodeGetattrer)((*node)(nil))
 // Getattr reports the topmost instance's attributes.
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	var st unix.Stat_t
-	if h, ok := f.(*handle); ok {
-		// fstat(2): the open file, whatever names it has left.
+	if h, ok := f.(*handle); ok && h.n.metacopyData() == nil {
+		// fstat(2): the open file, whatever names it has left. A
+		// metacopy file's handle is on its data, whose attributes
+		// are not the file's: those are its upper file's (n.stat).
 		if err := h.stat(&st); err != nil {
 			return errno(err)
 		}

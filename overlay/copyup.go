@@ -92,26 +92,30 @@ func (n *node) gone() bool {
 	return n.unlinked
 }
 
-// copyUp makes sure non-directory n is in the upper layer; without data
-// (an open with O_TRUNC) a regular file arrives empty.
-func (n *node) copyUp(ctx context.Context, data bool) error {
+// copyUp makes sure non-directory n is in the upper layer with what kind
+// asks for: its data (copyData), none (copyNoData: an open with O_TRUNC),
+// or, with metacopy=on, its metadata alone (copyMeta; metacopy.go). A
+// metacopy file already in the upper layer gets its data for copyData and
+// copyNoData (copyDataIn).
+func (n *node) copyUp(ctx context.Context, kind copyKind) error {
 	if n.ofs.upper == nil {
 		return syscall.EROFS
 	}
-	if par, _ := n.location(); par.Layer.Upper {
+	if par, _ := n.location(); par.Layer.Upper && (kind == copyMeta || n.metacopyData() == nil) {
 		return nil
 	}
 	n.copyMu.Lock()
 	defer n.copyMu.Unlock()
 	par, srcName := n.location()
 	if par.Layer.Upper {
-		return nil // raced with another copy-up
+		// Raced with another copy-up, or a metacopy file.
+		return n.copyDataIn(kind)
 	}
 	n.mu.Lock()
 	orphan := n.orphanLower
 	n.mu.Unlock()
 	if orphan {
-		err := n.copyUpOrphan(par, srcName, data)
+		err := n.copyUpOrphan(par, srcName, kind != copyNoData)
 		n.invalidateNoSec()
 		return err
 	}
@@ -134,9 +138,22 @@ func (n *node) copyUp(ctx context.Context, data bool) error {
 	if st.Nlink == 1 {
 		ino = n.StableAttr().Ino
 	}
-	src := upper.Source{Dir: par.Dir, Name: srcName, Stat: st, Override: n.ofs.copyOverride(par.Dir, srcName, &st)}
-	if err := n.ofs.upper.CopyUp(src, pd, name, data, ino); err != nil {
+	data := n.metacopyData() // a lower metacopy file's data
+	meta := kind == copyMeta && n.ofs.opts.Metacopy && st.Mode&unix.S_IFMT == unix.S_IFREG
+	src := upper.Source{Dir: par.Dir, Name: srcName, Stat: st, Override: n.ofs.copyOverride(par.Dir, srcName, &st), Data: data, Meta: meta}
+	if meta && data == nil {
+		if data, err = lower.NewDataFile(par.Dir, srcName); err != nil {
+			return err
+		}
+	}
+	if err := n.ofs.upper.CopyUp(src, pd, name, kind != copyNoData, ino); err != nil {
+		if meta && src.Data == nil {
+			data.Close()
+		}
 		return err
+	}
+	if !meta {
+		data = nil
 	}
 	// The switch holds locMu: an open that found the lower file has
 	// counted its handle (openMode) before a writer, which opens only
@@ -147,6 +164,7 @@ func (n *node) copyUp(ctx context.Context, data bool) error {
 	n.mu.Lock()
 	n.links = []link{{lower.Member{Dir: pd}, name}}
 	n.mu.Unlock()
+	n.setData(data)
 	n.locMu.Unlock()
 	var ust unix.Stat_t
 	if pd.Stat(name, &ust) == nil {

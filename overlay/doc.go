@@ -24,7 +24,8 @@
 //     node's copyMu, then its parent's (upperDir copies the ancestors
 //     first): child before parent, and copy-up only walks up the tree, so
 //     it cannot cycle. An unlink holds the file's copyMu from its lookup to
-//     the removal (remove.go).
+//     the removal (remove.go). A metacopy file's data copy-in holds it,
+//     and its locMu for reading while the data is copied (metacopy.go).
 //  2. node.locMu is held for reading while a name of the node is used for a
 //     system call, and for writing while a copy-up, rename or unlink
 //     changes the node's names, so no system call meets a name half moved.
@@ -38,8 +39,9 @@
 //     before node.mu and a lower.Dir's mu: handle.current reads the node's
 //     location and opens the upper file under it.
 //  4. node.mu guards the fields a copy-up or rename changes: chain,
-//     redirect, links, key, unlinked, tmp, orphan, orphanLower and the
-//     open-handle counts.
+//     redirect, links, key, unlinked, tmp, orphan, orphanLower, data (a
+//     metacopy file's, which its data copy-in drops under locMu held for
+//     writing, as a copy-up switches links) and the open-handle counts.
 //     Functions named ...Locked need it held (their "Preconditions:" line
 //     says so).
 //  5. dirHandle.mu guards an open directory's listing and position; nothing

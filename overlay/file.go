@@ -20,7 +20,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	write := flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC) != 0
 	if write {
-		if err := n.copyUp(ctx, flags&syscall.O_TRUNC == 0); err != nil {
+		kind := copyData
+		if flags&syscall.O_TRUNC != 0 {
+			kind = copyNoData
+		}
+		if err := n.copyUp(ctx, kind); err != nil {
 			return nil, 0, errno(err)
 		}
 	}
@@ -34,10 +38,18 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if write && flags&syscall.O_TRUNC != 0 {
 		bflags |= unix.O_TRUNC
 	}
-	fd, err := par.Open(name, bflags)
+	open := par.Open
+	data := n.metacopyData()
+	if data != nil {
+		// A metacopy file (only read here: a writer copied its data
+		// in): its data is the lower file's.
+		open = func(_ string, flags int) (int, error) { return data.Open(flags) }
+	}
+	upperFD := par.Layer.Upper && data == nil
+	fd, err := open(name, bflags)
 	if errors.Is(err, unix.EPERM) && bflags&unix.O_NOATIME != 0 {
 		// O_NOATIME is for the file's owner; the daemon may not be.
-		fd, err = par.Open(name, bflags&^unix.O_NOATIME)
+		fd, err = open(name, bflags&^unix.O_NOATIME)
 	}
 	if err == nil && write && n.ofs.raw.killRequested(ctx) {
 		// O_TRUNC by a caller without CAP_FSETID.
@@ -48,7 +60,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, errno(err)
 	}
-	h := newHandle(n, fd, par.Layer.Upper, write)
+	h := newHandle(n, fd, upperFD, write)
 	if h.passthrough && !write {
 		// A reader that joins passthrough may be the one whose fd
 		// go-fuse registers as the node's backing file, which every

@@ -91,7 +91,9 @@ func (h *handle) currentLocked() (int, error) {
 		return h.fd, nil
 	}
 	par, name := h.n.location()
-	if !par.Layer.Upper {
+	if !par.Layer.Upper || h.n.metacopyData() != nil {
+		// Still the lower file's data (a metacopy file's until its
+		// data is copied in).
 		return h.fd, nil
 	}
 	fd, err := par.Open(name, unix.O_RDONLY)

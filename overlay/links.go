@@ -161,8 +161,21 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if t.isDir() {
 		return nil, syscall.EPERM
 	}
-	if err := t.copyUp(ctx, true); err != nil {
+	if err := t.copyUp(ctx, copyMeta); err != nil {
 		return nil, errno(err)
+	}
+	// A metacopy file's names must all find its data (Linux:
+	// ovl_link() → ovl_set_link_redirect()). Not undone if the link
+	// fails: the redirect is right for the name it has.
+	var undo upper.Undo
+	redirect, e := t.metacopyRedirect(true, &undo)
+	if e != 0 {
+		return nil, e
+	}
+	if redirect != "" {
+		t.mu.Lock()
+		t.redirect = redirect
+		t.mu.Unlock()
 	}
 	pd, err := n.upperDir(ctx)
 	if err != nil {
@@ -200,6 +213,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if err := pd.StatOverride(name, &st); err != nil {
 		return nil, errno(err)
 	}
+	t.dataBlocks(&st)
 	t.fillAttr(&st, &out.Attr)
 	t.setEntryTimeouts(out)
 	return t.EmbeddedInode(), 0

@@ -36,6 +36,10 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		if errors.As(err, &re) {
 			n.ofs.warnRedirect(name, re)
 		}
+		var me *lower.MetacopyError
+		if errors.As(err, &me) {
+			n.ofs.warnMetacopy(name, me)
+		}
 		return nil, errno(err)
 	}
 	child := n.newChild(ctx, name, e)

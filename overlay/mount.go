@@ -61,6 +61,11 @@ type Options struct {
 	// instances (EXDEV), as the kernel with redirect_dir=off; by default
 	// they move with a redirect (-o redirect_dir=on).
 	RedirectDirOff bool
+	// Metacopy copies up the metadata of a lower regular file alone
+	// where the data is not changed (-o metacopy=on; metacopy.go), and
+	// follows metacopy files found on disk to their data; without it
+	// those are refused, as the kernel refuses them with metacopy=off.
+	Metacopy bool
 
 	// FsName is the mount's source as /proc/mounts shows it.
 	FsName string
@@ -126,6 +131,8 @@ type FS struct {
 	// redirectWarned is when a malformed redirect was last logged
 	// (warnRedirect), in Unix nanoseconds.
 	redirectWarned atomic.Int64
+	// metacopyWarned is the same for metacopy files (warnMetacopy).
+	metacopyWarned atomic.Int64
 }
 
 // ErrInUse is New's error when the upperdir or workdir belongs to another
@@ -185,8 +192,16 @@ func New(o Options) (*FS, error) {
 		if u.Whiteouts != upper.KernelWhiteouts {
 			f.log.Printf("upper %s refuses char 0/0 whiteouts: deletions are written as .wh. files", o.Upper)
 		}
+		if f.opts.Metacopy {
+			if err := u.ProbeMetacopy(); err != nil {
+				// As the kernel falls back (ovl_make_workdir()).
+				f.log.Printf("upper %s cannot hold the metacopy xattr (%v): falling back to metacopy=off", o.Upper, err)
+				f.opts.Metacopy = false
+			}
+		}
 	}
 	for _, l := range f.layers {
+		l.Metacopy = f.opts.Metacopy
 		if !l.Cloned() && o.Debug {
 			f.log.Printf("layer %s is used in place (no private clone of its mount: open_tree(2) needs CAP_SYS_ADMIN): mounts inside it are not entered (EXDEV)", l.Path)
 		}

@@ -83,6 +83,9 @@ type node struct {
 	// was removed: it is read where it is until a change copies it up
 	// into the workdir, which makes it an orphan (orphan.go).
 	orphanLower bool
+	// data is where a metacopy file's data is (metacopy.go); nil for
+	// any other node. The node owns it.
+	data *lower.DataFile
 }
 
 func (f *FS) newRoot() *node {
@@ -117,7 +120,7 @@ func (n *node) newChildAs(ctx context.Context, name string, e *lower.Entry, sa f
 		// under another name: the same node, one name more.
 		if x := n.ofs.knownUpperFile(e, &sa); x != nil {
 			x.addLink(e.Parent, name)
-			e.Chain.Close()
+			e.Close()
 			return x.EmbeddedInode()
 		}
 	}
@@ -139,6 +142,15 @@ func (n *node) newChildAs(ctx context.Context, name string, e *lower.Entry, sa f
 		runtime.AddCleanup(c, lower.Chain.Close, e.Chain)
 	} else {
 		c.links = []link{{e.Parent, name}}
+		if e.Data != nil {
+			c.data = e.Data
+			if e.Parent.Layer.Upper {
+				c.redirect = e.Redirect
+			}
+			// The node owns it: a copy-up or data copy-in closes
+			// it (setData), else the cleanup does.
+			runtime.AddCleanup(c, func(d *lower.DataFile) { d.Close() }, e.Data)
+		}
 	}
 	child := n.NewInode(ctx, c, sa)
 	if !e.IsDir() && e.Parent.Layer.Upper {
@@ -204,6 +216,10 @@ func (f *FS) stableAttr(e *lower.Entry, name string, p *node) fs.StableAttr {
 	case e.Parent.Layer.Upper:
 		if ino, ok := f.upperIno(e.Parent.Dir, name); ok {
 			sa.Ino = ino
+		} else if e.Data != nil && e.LowerIno != 0 {
+			// A metacopy file reports its lower file's number, as
+			// the kernel's (ovl_getattr()).
+			sa.Ino = f.ino.ino(e.LowerDev, e.LowerIno)
 		} else {
 			sa.Ino = f.ino.ino(st.Dev, st.Ino)
 		}
@@ -256,7 +272,22 @@ func (n *node) stat(st *unix.Stat_t) error {
 		return syscall.ENOENT
 	}
 	par, name := n.location()
-	return par.StatOverride(name, st)
+	if err := par.StatOverride(name, st); err != nil {
+		return err
+	}
+	n.dataBlocks(st)
+	return nil
+}
+
+// dataBlocks puts a metacopy file's data's st_blocks into st, as the
+// kernel reports them (Linux: ovl_getattr()).
+func (n *node) dataBlocks(st *unix.Stat_t) {
+	if d := n.metacopyData(); d != nil {
+		var dst unix.Stat_t
+		if d.Stat(&dst) == nil {
+			st.Blocks = dst.Blocks
+		}
+	}
 }
 
 // applyOverride puts the owner and mode of n's override xattr, if any,

@@ -108,7 +108,7 @@ func (n *node) copyUpOrphan(par lower.Member, name string, data bool) error {
 	if err := par.Stat(name, &st); err != nil {
 		return err
 	}
-	src := upper.Source{Dir: par.Dir, Name: name, Stat: st, Override: n.ofs.copyOverride(par.Dir, name, &st)}
+	src := upper.Source{Dir: par.Dir, Name: name, Stat: st, Override: n.ofs.copyOverride(par.Dir, name, &st), Data: n.metacopyData()}
 	tmp, err := n.ofs.upper.CopyUpTemp(src, data)
 	if err != nil {
 		return err
@@ -124,6 +124,10 @@ func (n *node) copyUpOrphan(par lower.Member, name string, data bool) error {
 	}
 	n.links = []link{{lower.Member{Dir: n.ofs.upper.Work}, tmp}}
 	n.orphanLower, n.tmp, n.orphan = false, true, true
+	if d := n.data; d != nil {
+		n.data = nil
+		d.Close()
+	}
 	n.ofs.stats.copyUps.Add(1)
 	return nil
 }

@@ -38,7 +38,7 @@ func (n *node) inLower(name string) (bool, error) {
 		}
 		return false, err
 	}
-	e.Chain.Close()
+	e.Close()
 	return true, nil
 }
 
@@ -65,7 +65,7 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errn
 	if err != nil {
 		return errno(err)
 	}
-	defer e.Chain.Close()
+	defer e.Close()
 	if e.IsDir() != isDir {
 		if isDir {
 			return syscall.ENOTDIR

@@ -47,7 +47,13 @@ type move struct {
 func (n *node) prepareMove(ctx context.Context, samedir bool, undo *upper.Undo) (move, syscall.Errno) {
 	m := move{c: n}
 	if !n.isDir() {
-		return m, errno(n.copyUp(ctx, true))
+		if err := n.copyUp(ctx, copyMeta); err != nil {
+			return m, errno(err)
+		}
+		// A metacopy file moves with a redirect to its data.
+		var e syscall.Errno
+		m.redirect, e = n.metacopyRedirect(!samedir, undo)
+		return m, e
 	}
 	n.mu.Lock()
 	pure := len(n.chain) == 1 && n.chain[0].Layer.Upper
@@ -92,15 +98,14 @@ func (n *node) prepareMove(ctx context.Context, samedir bool, undo *upper.Undo) 
 // commit records on the node what prepareMove wrote, once the rename is
 // done.
 func (m move) commit() {
-	if !m.lowers {
-		return
-	}
 	if m.redirect != "" {
 		m.c.mu.Lock()
 		m.c.redirect = m.redirect
 		m.c.mu.Unlock()
 	}
-	m.c.ofs.keepIdentity(m.c.top().Dir, m.c.StableAttr())
+	if m.lowers {
+		m.c.ofs.keepIdentity(m.c.top().Dir, m.c.StableAttr())
+	}
 }
 
 // redirectMax is the longest absolute redirect written, the kernel's
@@ -172,7 +177,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return errno(err)
 	}
 	if dstExists {
-		defer dstE.Chain.Close()
+		defer dstE.Close()
 	}
 	if flags&unix.RENAME_NOREPLACE != 0 && dstExists {
 		return syscall.EEXIST

@@ -102,7 +102,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 			return errno(err)
 		}
 	}
-	d, _, err := n.toUpper(ctx, true)
+	d, _, err := n.toUpper(ctx, copyMeta)
 	if err != nil {
 		return errno(err)
 	}
@@ -124,7 +124,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if _, errno := n.Getxattr(ctx, attr, nil); errno != 0 && errno != syscall.ERANGE {
 		return errno
 	}
-	d, _, err := n.toUpper(ctx, true)
+	d, _, err := n.toUpper(ctx, copyMeta)
 	if err != nil {
 		return errno(err)
 	}

@@ -22,6 +22,23 @@ type Source struct {
 	// upper layer's override xattr, or for real when the upper layer
 	// keeps none (KeepsOverride). Stat stays the real stat.
 	Override *lower.Override
+	// Data, when set, is where the source's data is: the source is a
+	// metacopy file of a lower layer.
+	Data *lower.DataFile
+	// Meta makes the copy of a regular file a metacopy file: its
+	// metadata, the lower file's size as a hole, overlay.origin and an
+	// empty overlay.metacopy, as the kernel's with metacopy=on (Linux:
+	// fs/overlayfs/copy_up.c ovl_copy_up_metadata()). Its data is read
+	// from the lower file until CopyDataIn.
+	Meta bool
+}
+
+// openData opens the source's data for reading.
+func (src *Source) openData() (int, error) {
+	if src.Data != nil {
+		return src.Data.Open(unix.O_RDONLY)
+	}
+	return src.Dir.Open(src.Name, unix.O_RDONLY)
 }
 
 // CopyUp copies src into directory dst of the upper layer under name, the
@@ -40,8 +57,12 @@ func (l *Layer) CopyUp(src Source, dst *lower.Dir, name string, data bool, ino u
 		removeAll(l.Work, tmp)
 		return fmt.Errorf("copy up %q: %w", name, err)
 	}
-	if ino != 0 {
+	if ino != 0 && !src.Meta {
 		// Best effort: without it only st_ino changes at the next mount.
+		// A metacopy file reports its lower file's number, as the
+		// kernel's, and gets the xattr with its data (CopyDataIn):
+		// without it, its xattr block holds only overlay.metacopy,
+		// which ext4 shares among all such files, as the kernel's.
 		l.Work.DoPath(tmp, func(p string) error {
 			return xattr.LSet(p, l.opts.XattrPrefix+InoXattr, []byte(strconv.FormatUint(ino, 10)))
 		})
@@ -108,8 +129,15 @@ func (l *Layer) build(src Source, tmp string, data bool) error {
 			return err
 		}
 		defer unix.Close(fd)
-		if data && st.Size > 0 {
-			in, err := src.Dir.Open(src.Name, unix.O_RDONLY)
+		switch {
+		case src.Meta:
+			// A hole of the file's size: the kernel overlay reports
+			// the upper's size, and reads the lower's data.
+			if err := unix.Ftruncate(fd, st.Size); err != nil {
+				return err
+			}
+		case data && st.Size > 0:
+			in, err := src.openData()
 			if err != nil {
 				return err
 			}
@@ -121,6 +149,14 @@ func (l *Layer) build(src Source, tmp string, data bool) error {
 		}
 		if err := l.setMeta(tmp, src); err != nil {
 			return err
+		}
+		if src.Meta {
+			// No fsync: there is no data to lose, and the upper
+			// filesystem's journal commits the inode's metadata
+			// and xattrs before the rename that publishes it, as
+			// the kernel relies on (ovl_copy_up_metadata() syncs
+			// nothing; ovl_copy_up_file() syncs copied data).
+			return l.markMetacopy(fd, src)
 		}
 		if !l.opts.NoFsync {
 			return unix.Fsync(fd)

@@ -25,6 +25,8 @@ type config struct {
 	Writeback        overlay.WritebackMode
 	NoACL            bool
 	RedirectDirOff   bool           // redirect_dir=off|follow|nofollow
+	redirectGiven    string         // the value of redirect_dir=, if given
+	Metacopy         bool           // metacopy=on
 	XattrPermissions int            // xattr_permissions=0|1|2
 	Owners           overlay.Owners // uid/gid mapping and squashing
 	squashRoot       bool
@@ -140,7 +142,9 @@ func parseArgs(args []string) (*config, error) {
 			return nil, err
 		}
 	}
-	st.finish()
+	if err := st.finish(); err != nil {
+		return nil, err
+	}
 
 	if cfg.FsName == "" {
 		cfg.FsName = cfg.Source

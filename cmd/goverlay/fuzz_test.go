@@ -85,7 +85,10 @@ func FuzzParseOptions(f *testing.F) {
 			checkParseError(t, s, err)
 			return
 		}
-		st.finish()
+		if err := st.finish(); err != nil {
+			checkParseError(t, s, err)
+			return
+		}
 		for _, l := range c.Lower {
 			if l == "" {
 				t.Fatalf("%q: empty lower layer in %q", s, c.Lower)

@@ -138,6 +138,7 @@ func overlayOptions(cfg *config, euid int, logger *log.Logger) overlay.Options {
 		Writeback:        cfg.Writeback,
 		NoACL:            cfg.NoACL,
 		RedirectDirOff:   cfg.RedirectDirOff,
+		Metacopy:         cfg.Metacopy,
 		XattrPermissions: cfg.XattrPermissions,
 		Owners:           cfg.Owners,
 		StaticNlink:      cfg.StaticNlink,

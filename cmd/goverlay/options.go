@@ -77,6 +77,7 @@ var optionTable = []optionInfo{
 	{"squash_to_uid", "UID", optSupported, "show every file as owned by UID; wins over squash_to_root (fuse-overlayfs)"},
 	{"squash_to_gid", "GID", optSupported, "show every file's group as GID; wins over squash_to_root (fuse-overlayfs)"},
 	{"xattr_permissions", "0|1|2", optSupported, `keep owners and modes in an xattr instead of for real: 0 (default) for real, 1 in "security.fuseoverlayfs.override_stat", 2 in "user.containers.override_stat" (containers/storage passes it with force_mask; fuse-overlayfs)`},
+	{"metacopy", "on|off", optSupported, "on: chown, chmod, utimes, xattr changes, link and rename of a lower regular file copy up its metadata only, in the kernel overlay's format (an empty overlay.metacopy xattr, overlay.origin, and an overlay.redirect where it moves); its data is read from the lower file until the first write, open for writing or truncate copies it in. Needs redirect_dir=on, which it turns on; refused with userxattr, as the kernel refuses it. off (default): metacopy files found on disk are refused with EPERM, as the kernel refuses them"},
 	{"redirect_dir", "on|off|follow|nofollow", optSupported, "on (default): a directory with lower instances is renamed in place with an overlay.redirect xattr, written as the kernel writes it with redirect_dir=on (its old name when it stays in its parent, else its path in the merged view; over 256 bytes, the kernel's redirect_max, EXDEV); off, follow, nofollow: such renames fail with EXDEV (mv falls back to copying). Redirects on disk are always followed, layer by layer through any number of layers; a malformed one fails the lookup of its directory with EINVAL or EACCES, as on the kernel, and is logged"},
 
 	{"rw", "", optKernel, "default; dropped"},
@@ -106,7 +107,6 @@ var optionTable = []optionInfo{
 	{"context", `"LABEL"`, optNotYet, "SELinux context for every file (containers/storage passes it)"},
 	{"xino", "on|off|auto", optNotYet, "inode-number scheme (kernel overlayfs)"},
 	{"index", "on|off", optNotYet, "hard-link index (kernel overlayfs)"},
-	{"metacopy", "on|off", optNotYet, "copy up metadata only (kernel overlayfs)"},
 	{"nfs_export", "on|off", optNotYet, "NFS export support (kernel overlayfs)"},
 }
 
@@ -340,8 +340,15 @@ func (st *optState) set(key, raw string) error {
 		switch v := unescape(raw); v {
 		case "on", "off", "follow", "nofollow":
 			c.RedirectDirOff = v != "on"
+			c.redirectGiven = v
 		default:
 			return failf(exitUsage, "option \"redirect_dir\" is on, off, follow or nofollow, not %q; write redirect_dir=on or redirect_dir=off", v)
+		}
+	case "metacopy":
+		on, err := switchValue(key, raw, "on", "off")
+		c.Metacopy = on
+		if err != nil {
+			return err
 		}
 	case "default_permissions":
 		// Always on: overlay.FS lets the kernel check permissions.
@@ -364,9 +371,23 @@ func switchValue(key, raw, on, off string) (bool, error) {
 	}
 }
 
-// finish resolves the kernel flags once every -o string is in.
-func (st *optState) finish() {
+// finish resolves the kernel flags once every -o string is in, and
+// refuses options that exclude each other.
+func (st *optState) finish() error {
 	c := st.cfg
+	if c.Metacopy {
+		// Linux: fs/overlayfs/params.c ovl_fs_params_verify(): metacopy
+		// needs redirects to find a moved file's data, and turns
+		// redirect_dir on unless it was set to something else; it
+		// trusts the upper layer's xattrs, which user.* ones cannot be.
+		if c.redirectGiven != "" && c.redirectGiven != "on" {
+			return failf(exitUsage, "option \"metacopy=on\" needs redirect_dir=on, not redirect_dir=%s; drop one of them", c.redirectGiven)
+		}
+		if c.UserXattr {
+			return failf(exitUsage, "option \"metacopy=on\" cannot be used with userxattr (the kernel overlay refuses it too: unprivileged users could forge metacopy files); drop one of them")
+		}
+		c.RedirectDirOff = false
+	}
 	c.KernelOptions = st.resolveFlags()
 	if c.squashRoot {
 		// squash_to_uid/gid win over squash_to_root (fuse-overlayfs).
@@ -379,6 +400,7 @@ func (st *optState) finish() {
 		}
 	}
 	c.ReadOnly = slices.Contains(c.KernelOptions, "ro")
+	return nil
 }
 
 // resolveFlags turns the flags as given into what the kernel gets. Flags

@@ -50,6 +50,15 @@ func TestParseArgs(t *testing.T) {
 		{"podman's empty option", []string{"-o", "lowerdir=/a,upperdir=/u,workdir=/w,,volatile", "/m"}, func(c *config) string {
 			return diff(len(c.Warnings), 0, c.NoFsync, true, c.Upper, "/u", c.Work, "/w")
 		}},
+		{"metacopy=on", []string{"-o", "lowerdir=/a,metacopy=on", "/m"}, func(c *config) string {
+			return diff(c.Metacopy, true, c.RedirectDirOff, false, len(c.Warnings), 0)
+		}},
+		{"metacopy=on with redirect_dir=on", []string{"-o", "lowerdir=/a,redirect_dir=on,metacopy=on", "/m"}, func(c *config) string {
+			return diff(c.Metacopy, true, c.RedirectDirOff, false)
+		}},
+		{"metacopy=off", []string{"-o", "lowerdir=/a,metacopy=on,metacopy=off,redirect_dir=off", "/m"}, func(c *config) string {
+			return diff(c.Metacopy, false, c.RedirectDirOff, true)
+		}},
 		{"fsync", []string{"-o", "lowerdir=/a,fsync=0", "/m"}, func(c *config) string {
 			return diff(c.NoFsync, true)
 		}},
@@ -203,6 +212,10 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"-o", "lowerdir=/a,xattr_permissions=x", "/m"}, `option "xattr_permissions" is 0, 1 or 2, not "x"; write xattr_permissions=2 for user.containers.override_stat`},
 		{[]string{"-o", "lowerdir=/a,xattr_permissions=-1", "/m"}, `option "xattr_permissions" is 0, 1 or 2, not "-1"; write xattr_permissions=2 for user.containers.override_stat`},
 		{[]string{"-o", "lowerdir=/a,xattr_permissions", "/m"}, `option "xattr_permissions" needs a value, as in xattr_permissions=0|1|2`},
+		{[]string{"-o", "lowerdir=/a,metacopy=yes", "/m"}, `option "metacopy" is on or off, not "yes"; write metacopy=on or metacopy=off`},
+		{[]string{"-o", "lowerdir=/a,metacopy=on,redirect_dir=follow", "/m"}, `option "metacopy=on" needs redirect_dir=on, not redirect_dir=follow; drop one of them`},
+		{[]string{"-o", "lowerdir=/a,redirect_dir=off", "-o", "metacopy=on", "/m"}, `option "metacopy=on" needs redirect_dir=on, not redirect_dir=off; drop one of them`},
+		{[]string{"-o", "lowerdir=/a,userxattr,metacopy=on", "/m"}, `option "metacopy=on" cannot be used with userxattr (the kernel overlay refuses it too: unprivileged users could forge metacopy files); drop one of them`},
 	}
 	for _, tc := range tests {
 		cfg, err := parseArgs(tc.args)

@@ -129,3 +129,31 @@ func TestUnprivilegedRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestUnprivilegedMetacopyFallsBack: a user's daemon may not write the
+// trusted.overlay.metacopy xattr, so metacopy=on falls back to off, as the
+// kernel overlay does where the upper refuses xattrs: a chmod copies the
+// file up whole instead of failing.
+func TestUnprivilegedMetacopyFallsBack(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.LeakCheck(t)
+	uid, gid := unprivileged(t)
+	bin := userBinary(t)
+	_, lower, upper, work, mnt := userLayout(t, uid, gid)
+	must(t, os.Chown(filepath.Join(lower, "file"), uid, gid))
+	r := runAs(t, uid, gid, bin, "-o", "lowerdir="+lower+",upperdir="+upper+",workdir="+work+",metacopy=on", mnt)
+	if r.Code != 0 {
+		if testutil.IsMounted(mnt) {
+			testutil.AdoptOf(t, mnt, bin)
+		}
+		t.Fatalf("unprivileged mount: %s", r)
+	}
+	m := testutil.AdoptOf(t, mnt, bin)
+	if w := runAs(t, uid, gid, "/bin/sh", "-c", `chmod 600 "$0"/file && cat "$0"/file`, mnt); w.Code != 0 || w.Stdout != "hello\n" {
+		t.Errorf("chmod and read through the mount as uid %d: %s", uid, w)
+	}
+	m.Unmount(t)
+	if data, err := os.ReadFile(filepath.Join(upper, "file")); err != nil || string(data) != "hello\n" {
+		t.Errorf("upper/file: %q, %v; want the whole file", data, err)
+	}
+}

@@ -42,9 +42,16 @@ type cscenario struct {
 	steps []cstep
 	// redirect mounts both overlays with redirect_dir=on.
 	redirect bool
+	// metacopy mounts both overlays with metacopy=on (and
+	// redirect_dir=on), the read-only ones over the other's layers too.
+	metacopy bool
 	// check makes claims on the kernel's final view, so that the
 	// scenario provably tests what it says.
 	check func(t testing.TB, kt testutil.Tree)
+	// checkUpper, if set, makes claims on the upper layer the kernel
+	// left at step i (from 0; overlay-private xattrs included but
+	// origin, impure and uuid), for the same reason.
+	checkUpper func(t testing.TB, i int, kl testutil.Tree)
 }
 
 // cstep is one step: operations whose outcomes go into a transcript.
@@ -170,6 +177,14 @@ func (s *cside) push(upper string) { s.lowers = append([]string{upper}, s.lowers
 // whatever the module's defaults.
 var kernelROOpts = []string{"redirect_dir=follow", "index=off", "metacopy=off", "xino=off"}
 
+// The options of a metacopy scenario: metacopy=on needs redirect_dir=on
+// (the kernel refuses it with follow).
+var (
+	kernelMetacopyOpts   = []string{"redirect_dir=on", "index=off", "metacopy=on", "xino=off"}
+	kernelMetacopyROOpts = kernelMetacopyOpts
+	goverlayMetacopyOpts = []string{"-o", "redirect_dir=on,metacopy=on"}
+)
+
 func runCycles(t *testing.T, sc cscenario) {
 	ks, gs := newCside(t, sc), newCside(t, sc)
 	since := time.Now().Add(-time.Second)
@@ -182,8 +197,12 @@ func runCycles(t *testing.T, sc cscenario) {
 		ok := t.Run("step"+strconv.Itoa(i+1), func(t *testing.T) {
 			ku, kw := ks.freshUpper(t, i)
 			gu, gw := gs.freshUpper(t, i)
-			kmnt := testutil.KernelOverlay(t, ks.lowers, ku, kw, kernelWriteOpts(sc.redirect)...)
-			g := testutil.Mount(t, testutil.Options{Lower: gs.lowers, Upper: gu, Work: gw, Extra: goverlayWriteOpts(sc.redirect)})
+			kopts, gopts := kernelWriteOpts(sc.redirect), goverlayWriteOpts(sc.redirect)
+			if sc.metacopy {
+				kopts, gopts = kernelMetacopyOpts, goverlayMetacopyOpts
+			}
+			kmnt := testutil.KernelOverlay(t, ks.lowers, ku, kw, kopts...)
+			g := testutil.Mount(t, testutil.Options{Lower: gs.lowers, Upper: gu, Work: gw, Extra: gopts})
 			if sc.first != nil && i == 0 {
 				if !runScript(t, wscenario{run: sc.first}, "kernel", kmnt) {
 					t.Fatalf("the script fails on the kernel overlay: the scenario is wrong")
@@ -214,15 +233,22 @@ func runCycles(t *testing.T, sc cscenario) {
 			kl, gl := normTimes(layoutOf(t, ku), since, false), normTimes(layoutOf(t, gu), since, false)
 			xattrBlocks(t, ku, kraw, kl, gl)
 			compareW(t, "uppers", kl, gl, testutil.DiffOptions{A: "kernel's upper", B: "goverlay's upper"})
+			if sc.checkUpper != nil {
+				sc.checkUpper(t, i, kl)
+			}
 			ks.push(ku)
 			gs.push(gu)
 
 			// Each one's layers read by the other.
-			kx := testutil.KernelOverlay(t, gs.lowers, "", "", kernelROOpts...)
+			kro, gro := kernelROOpts, []string(nil)
+			if sc.metacopy {
+				kro, gro = kernelMetacopyROOpts, []string{"-o", "metacopy=on"}
+			}
+			kx := testutil.KernelOverlay(t, gs.lowers, "", "", kro...)
 			compareW(t, "the kernel on goverlay's layers", gt, testutil.Snapshot(t, kx),
 				testutil.DiffOptions{A: "goverlay (live)", B: "kernel on goverlay's layers"})
 			testutil.UnmountKernel(t, kx)
-			gx := testutil.Mount(t, testutil.Options{Lower: ks.lowers})
+			gx := testutil.Mount(t, testutil.Options{Lower: ks.lowers, Extra: gro})
 			compareW(t, "goverlay on the kernel's layers", kt, testutil.Snapshot(t, gx.Dir),
 				testutil.DiffOptions{A: "kernel (live)", B: "goverlay on the kernel's layers"})
 			gx.Unmount(t)
@@ -270,7 +296,7 @@ func sideBySide(a, b []string) []string {
 func TestCycleScenarios(t *testing.T) {
 	testutil.RequireRoot(t)
 	sameBinary(t)
-	all := append([]cscenario(nil), cycleScenarios...)
+	all := append(append([]cscenario(nil), cycleScenarios...), metacopyScenarios...)
 	for _, w := range writeScenarios {
 		if !cycledWrite[w.name] {
 			continue
