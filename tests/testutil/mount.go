@@ -220,9 +220,31 @@ func (m *Mounted) detachCopies(t testing.TB) bool {
 			found = true
 			err := detachIn(p, unescapeMountinfo(f[4]))
 			t.Logf("the mount %s lived on at %s in the mount namespace of %s (%s): detached it (%v)", m.Dir, f[4], p, ns, err)
+			if err != nil {
+				// A copy in a namespace that a user namespace owns
+				// is locked to its parent (EINVAL): end the FUSE
+				// connection instead, which the daemon sees as
+				// the end of its mount.
+				t.Logf("aborted the FUSE connection of %s (%v)", m.Dir, abortConnection(m.dev))
+			}
 		}
 	}
 	return found
+}
+
+// abortConnection aborts the FUSE connection of the mount with device
+// number dev (Documentation/filesystems/fuse/fuse.rst, "Aborting a
+// filesystem connection"), mounting the fusectl filesystem if it is not.
+func abortConnection(dev uint64) error {
+	const ctl = "/sys/fs/fuse/connections"
+	// Named by the kernel's dev_t of the mount: major<<20 | minor.
+	abort := fmt.Sprintf("%s/%d/abort", ctl, uint64(unix.Major(dev))<<20|uint64(unix.Minor(dev)))
+	if _, err := os.Stat(abort); err != nil {
+		if err := unix.Mount("fusectl", ctl, "fusectl", 0, ""); err != nil && err != unix.EBUSY {
+			return fmt.Errorf("mount fusectl: %w", err)
+		}
+	}
+	return os.WriteFile(abort, []byte("1"), 0)
 }
 
 // detachIn detaches the mount at path in the mount namespace of process
