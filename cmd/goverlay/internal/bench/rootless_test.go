@@ -170,3 +170,71 @@ func TestRootlessContainers(t *testing.T) {
 	}
 	assertClean(t, dir)
 }
+
+// TestRootlessContainersTree: with --tree the rootless targets get the
+// user's own copy of the real tree, so that a directory only its owner
+// may read (root's, 0700, here) is readable in the user's stack, as
+// layers a rootless engine pulled are its own.
+func TestRootlessContainersTree(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("rootless targets are set up by root")
+	}
+	for _, tool := range []string{"setpriv", "unshare", "useradd"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	bin := goverlayBinary(t)
+	defer func(f func() (string, error)) { agentExecutable = f }(agentExecutable)
+	agentExecutable = func() (string, error) { return bin, nil }
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tree := filepath.Join(t.TempDir(), "realtree")
+	for _, d := range []string{"a/private", "b"} {
+		if err := os.MkdirAll(filepath.Join(tree, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, f := range []string{"a/private/secret", "a/one", "b/two", "top"} {
+		if err := os.WriteFile(filepath.Join(tree, f), []byte(strings.Repeat("x", i+1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(tree, "a/private"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	c := Config{
+		Binary:    bin,
+		Targets:   []string{"kernel-rootless", "goverlay-rootless"},
+		Workloads: []string{"ct-find-warm", "ct-read-cold", "ct-cp", "ct-rm"},
+		Runs:      1,
+		Tree:      tree,
+		Dir:       dir,
+		Out:       &table,
+		Progress:  io.Discard,
+	}
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, table.String())
+	}
+	t.Logf("table:\n%s", table.String())
+	if rep.Containers == nil || rep.Containers.Entries != 7 || rep.Containers.Files != 4 {
+		t.Errorf("tree: %+v, want 7 entries, 4 files", rep.Containers)
+	}
+	for _, ts := range rep.Targets {
+		if ts.Status != "ok" {
+			t.Errorf("target %s: %s %s", ts.Name, ts.Status, ts.Reason)
+		}
+	}
+	for _, res := range rep.Results {
+		if len(res.Samples) != 1 || res.Samples[0] <= 0 || len(res.Errors) > 0 {
+			t.Errorf("%s on %s: samples %v, errors %v", res.Workload, res.Target, res.Samples, res.Errors)
+		}
+	}
+	assertClean(t, dir)
+}
