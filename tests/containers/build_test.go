@@ -81,11 +81,11 @@ ii  gvhello        1.0
 ..
 `
 
-// genMD5 is the md5 of /gen's files concatenated in sorted path order, as
-// checkBuildSh computes it.
-func genMD5() string {
+// genMD5 is the md5 of /gen's files (dirs directories of 100) concatenated
+// in sorted path order, as checkBuildSh computes it.
+func genMD5(dirs int) string {
 	var names []string
-	for d := 1; d <= 20; d++ {
+	for d := 1; d <= dirs; d++ {
 		for f := 1; f <= 100; f++ {
 			names = append(names, fmt.Sprintf("./d%d/f%d", d, f))
 		}
@@ -105,21 +105,7 @@ func genMD5() string {
 // path it returns.
 func buildSetup(t testing.TB, rootfs string) string {
 	t.Helper()
-	l := testutil.NewLayer(t, rootfs)
-	for d := 1; d <= 50; d++ {
-		for f := 1; f <= 4; f++ {
-			l.File(fmt.Sprintf("usr/share/doc/pkg%d/f%d", d, f), fmt.Sprintf("doc %d %d\n", d, f), 0o644)
-		}
-	}
-	for d := 1; d <= 20; d++ {
-		for f := 1; f <= 10; f++ {
-			l.File(fmt.Sprintf("usr/share/zoneinfo/z%d/f%d", d, f), fmt.Sprintf("z %d %d\n", d, f), 0o644)
-			l.File(fmt.Sprintf("usr/share/man/man%d/f%d.1", d, f), fmt.Sprintf("m %d %d\n", d, f), 0o644)
-		}
-		for f := 1; f <= 5; f++ {
-			l.File(fmt.Sprintf("usr/share/locale/l%d/LC_MESSAGES/f%d.mo", d, f), fmt.Sprintf("l %d %d\n", d, f), 0o644)
-		}
-	}
+	l := addBuildTrees(t, rootfs)
 	l.File("check-build.sh", checkBuildSh, 0o755)
 
 	// gvhello.deb: a program, a conffile, a document and a postinst;
@@ -150,21 +136,47 @@ func buildSetup(t testing.TB, rootfs string) string {
 	return ctx
 }
 
+// addBuildTrees adds to the image's root folder the trees the
+// Containerfiles work on (usr/share/doc, zoneinfo, man, locale) and
+// returns the layer.
+func addBuildTrees(t testing.TB, rootfs string) *testutil.Layer {
+	t.Helper()
+	l := testutil.NewLayer(t, rootfs)
+	for d := 1; d <= 50; d++ {
+		for f := 1; f <= 4; f++ {
+			l.File(fmt.Sprintf("usr/share/doc/pkg%d/f%d", d, f), fmt.Sprintf("doc %d %d\n", d, f), 0o644)
+		}
+	}
+	for d := 1; d <= 20; d++ {
+		for f := 1; f <= 10; f++ {
+			l.File(fmt.Sprintf("usr/share/zoneinfo/z%d/f%d", d, f), fmt.Sprintf("z %d %d\n", d, f), 0o644)
+			l.File(fmt.Sprintf("usr/share/man/man%d/f%d.1", d, f), fmt.Sprintf("m %d %d\n", d, f), 0o644)
+		}
+		for f := 1; f <= 5; f++ {
+			l.File(fmt.Sprintf("usr/share/locale/l%d/LC_MESSAGES/f%d.mo", d, f), fmt.Sprintf("l %d %d\n", d, f), 0o644)
+		}
+	}
+	return l
+}
+
 // buildDeadline bounds one podman build (a loaded machine makes a build
 // through a mount program take minutes).
 const buildDeadline = 8 * time.Minute
 
 // build runs podman build --no-cache (every step runs) of ctx, tagged tag,
-// with what this machine needs, and fails the test unless it succeeds.
-func (p *podman) build(tag, ctx string) {
+// with what this machine needs, fails the test unless it succeeds, and
+// returns its wall time.
+func (p *podman) build(tag, ctx string) time.Duration {
 	p.t.Helper()
 	args := []string{"build", "--runtime", "runc", "--network=none", "--no-cache", "-q", "-t", tag, ctx}
 	start := time.Now()
 	r := p.execWithin(buildDeadline, args...)
-	p.t.Logf("podman build with %s: exit %d in %v", p.prog.name, r.Code, time.Since(start).Round(10*time.Millisecond))
+	took := time.Since(start)
+	p.t.Logf("podman build with %s: exit %d in %v", p.prog.name, r.Code, took.Round(10*time.Millisecond))
 	if r.Code != 0 {
 		p.t.Errorf("podman %s with %s: %s", strings.Join(args, " "), p.prog.name, r)
 	}
+	return took
 }
 
 // The diffs after the build: the image's last layer (the .deb) against its
@@ -208,7 +220,7 @@ func TestPodmanBuild(t *testing.T) {
 	rootfs := podmanSetup(t, map[string]string{"dpkg-deb": "dpkg"})
 	ctx := buildSetup(t, rootfs)
 	want := []step{
-		{"podman run of the built image", fmt.Sprintf(wantBuildCheck, genMD5())},
+		{"podman run of the built image", fmt.Sprintf(wantBuildCheck, genMD5(20))},
 		{"podman diff of the image", wantImageDiff},
 		{"podman diff of a container", ""}, // the kernel driver's, below
 	}
@@ -291,7 +303,7 @@ func sortedLines(s string) string {
 // kernel overlay driver, fuse-overlayfs and goverlay, each on its own
 // scratch store:
 //
-//	go test -run '^$' -bench PodmanBuild -benchtime 3x ./tests/containers/
+//	go test -run '^$' -bench 'PodmanBuild$' -benchtime 3x ./tests/containers/
 func BenchmarkPodmanBuild(b *testing.B) {
 	rootfs := podmanSetup(b, map[string]string{"dpkg-deb": "dpkg"})
 	ctx := buildSetup(b, rootfs)

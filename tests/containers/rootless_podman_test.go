@@ -21,7 +21,7 @@ import (
 // own namespaces inherit it. The store and the program's copy belong to
 // the user. The cleanup also ends podman's pause process, which keeps the
 // user namespace for later commands.
-func newRootlessPodman(t *testing.T, prog mountProgram, uid, gid int) *podman {
+func newRootlessPodman(t testing.TB, prog mountProgram, uid, gid int) *podman {
 	t.Helper()
 	p := newPodman(t, prog)
 	if err := os.Chmod(p.store, 0o755); err != nil {

@@ -39,7 +39,7 @@ umount mnt
 `
 
 // copyFile copies src to dst with mode.
-func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
+func copyFile(t testing.TB, src, dst string, mode os.FileMode) {
 	t.Helper()
 	in, err := os.Open(src)
 	if err != nil {

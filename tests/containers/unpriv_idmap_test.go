@@ -64,7 +64,7 @@ func unmappedHostID(m []nsIDRange) uint32 {
 
 // ensureSubIDs makes sure the user has subordinate uids and gids; a fresh
 // useradd may not have given any. What it adds it removes again.
-func ensureSubIDs(t *testing.T, user string) {
+func ensureSubIDs(t testing.TB, user string) {
 	t.Helper()
 	for _, f := range []struct{ file, add, del string }{
 		{"/etc/subuid", "--add-subuids", "--del-subuids"},

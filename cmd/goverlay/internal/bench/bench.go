@@ -169,8 +169,10 @@ Options:
   --rootless         run each target that has a rootless form (the *-rootless
                      targets) that way: mounted, and its workloads run, by
                      an unprivileged user (goverlaybench, created if
-                     missing) in a user and mount namespace of its own;
-                     needs root to set that up, and makes /dev/fuse 0666
+                     missing) in a user and mount namespace of its own,
+                     over the user's own copy of the layers (and of
+                     --tree); needs root to set that up, and makes
+                     /dev/fuse 0666
   --baseline PATH    another goverlay binary, mounted with the defaults as
                      the goverlay-baseline target (give it in --targets):
                      two builds side by side in one run

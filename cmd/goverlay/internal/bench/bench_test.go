@@ -930,18 +930,3 @@ func TestMemShortRun(t *testing.T) {
 	}
 	assertClean(t, scratch)
 }
-
-// TestContainersNotRootless: the containers steps are not sent to a
-// rootless agent (which has no tree and would fail on each), and run on
-// the root targets.
-func TestContainersNotRootless(t *testing.T) {
-	w := findWorkload("ct-find-warm")
-	if w == nil {
-		t.Fatal("no ct-find-warm workload")
-	}
-	for _, tg := range allTargets {
-		if got := w.applies(tg); got == tg.rootless {
-			t.Errorf("ct-find-warm applies to %s: %v", tg.name, got)
-		}
-	}
-}

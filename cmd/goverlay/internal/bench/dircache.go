@@ -557,27 +557,27 @@ func (b *bencher) countRequests(inst *instance, byType bool, fn func() (float64,
 	var terr error
 	if inst.conn != 0 {
 		ctr, terr = b.tracer.start(inst.conn, byType)
+	} else if b.link != nil {
+		// The rootless agent: the bench counts, as root.
+		if err := b.link.begin(byType); err != nil {
+			return nil, err
+		}
 	}
 	ops, err := fn()
 	var counts map[string]uint64
 	if ctr != nil {
 		counts, terr = ctr.stop()
+	} else if b.link != nil {
+		if lerr := b.link.end(); lerr != nil && err == nil {
+			err = lerr
+		}
 	}
 	if err != nil {
 		return nil, err
 	}
 	rs := &ReqSample{Ops: ops}
 	if terr == nil && counts != nil {
-		total := counts["total"]
-		rs.FuseRequests = &total
-		if byType {
-			rs.FuseRequestsByType = map[string]uint64{}
-			for k, v := range counts {
-				if k != "total" {
-					rs.FuseRequestsByType[k] = v
-				}
-			}
-		}
+		rs.setCounts(counts)
 	} else if terr != nil {
 		b.targetNote(inst.def.name, "FUSE request counter: "+terr.Error())
 	}
@@ -597,6 +597,21 @@ func (b *bencher) countRequests(inst *instance, byType bool, fn func() (float64,
 }
 
 type daemonCounts = DaemonRequests
+
+// setCounts records a request counter's result: the total and, when it
+// was counted by type, the breakdown.
+func (rs *ReqSample) setCounts(counts map[string]uint64) {
+	total := counts["total"]
+	rs.FuseRequests = &total
+	if len(counts) > 1 {
+		rs.FuseRequestsByType = map[string]uint64{}
+		for k, v := range counts {
+			if k != "total" {
+				rs.FuseRequestsByType[k] = v
+			}
+		}
+	}
+}
 
 func readDaemonCounts(mnt string) (daemonCounts, error) {
 	st, err := readStats(mnt)

@@ -35,6 +35,9 @@ type bencher struct {
 	ct *ctState
 	// rootless is what the rootless targets share (rootless.go).
 	rootless *rootlessEnv
+	// link, in the rootless agent, is the bench at the other end, which
+	// counts the FUSE requests of each timed part (rootless.go).
+	link *agentLink
 
 	targets   []*targetState
 	workloads []*workloadDef

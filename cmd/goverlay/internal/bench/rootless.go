@@ -10,6 +10,14 @@ package bench
 // if needed), gives it its own copy of the lower layer, and makes
 // /dev/fuse usable by it (0666, as udev leaves it on desktop
 // distributions).
+//
+// The containers workloads run in the agent too, on the user's own copy of
+// the tree's layers (as rootless podman's layers under
+// ~/.local/share/containers belong to the user): what needs root stays
+// with the bench. It drops the caches before a cold step, and it counts
+// the FUSE requests of each timed part on the mount's connection (the
+// agent says "begin" and waits for "go" before, "end" and waits for "ok"
+// after).
 
 import (
 	"bufio"
@@ -48,6 +56,10 @@ type rootlessEnv struct {
 	// lower is the user's own copy of the lower layer (a rootless
 	// user's layers are its own: containers/storage maps their ids).
 	lower string
+	// ctLowers are the user's copies of the containers tree's layers,
+	// and ctIndex the tree's index, when a containers workload runs.
+	ctLowers []string
+	ctIndex  string
 	// agent and binary are copies of this program and of the goverlay
 	// binary that the user may run (the originals may be in a directory
 	// it cannot enter).
@@ -102,6 +114,9 @@ func (e *rootlessEnv) setup(b *bencher) error {
 	if err := buildLower(e.lower); err != nil {
 		return fmt.Errorf("build the rootless lower layer: %w", err)
 	}
+	if err := e.setupContainers(b); err != nil {
+		return err
+	}
 	if err := chownTree(e.lower, e.uid, e.gid); err != nil {
 		return err
 	}
@@ -119,6 +134,56 @@ func (e *rootlessEnv) setup(b *bencher) error {
 		}
 	}
 	return nil
+}
+
+// setupContainers gives the user its own copy of the containers tree's
+// layers, the static binary of the exec step in its lower, and the tree's
+// index in a file the agent reads.
+func (e *rootlessEnv) setupContainers(b *bencher) error {
+	ct := b.ct
+	if ct == nil {
+		return nil
+	}
+	for i := range ct.lowers {
+		e.ctLowers = append(e.ctLowers, filepath.Join(b.root, fmt.Sprintf("lower-ct%d-rootless", i+1)))
+	}
+	if ct.tree != nil {
+		layers := make([]string, len(e.ctLowers))
+		for i, l := range e.ctLowers {
+			layers[i] = filepath.Join(l, ct.name)
+		}
+		if err := ct.tree.buildLayers(layers, ""); err != nil {
+			return fmt.Errorf("rootless containers tree: %w", err)
+		}
+	} else {
+		for i, l := range ct.lowers {
+			if err := os.Mkdir(e.ctLowers[i], 0o755); err != nil {
+				return err
+			}
+			if out, err := exec.Command("cp", "-a", filepath.Join(l, ct.name), e.ctLowers[i]).CombinedOutput(); err != nil {
+				return fmt.Errorf("copy --tree for the rootless user: %v: %s", err, oneLine(string(out)))
+			}
+		}
+	}
+	for _, l := range e.ctLowers {
+		if err := chownTree(l, e.uid, e.gid); err != nil {
+			return err
+		}
+	}
+	if ct.static == "" {
+		if err := os.MkdirAll(filepath.Join(e.lower, filepath.Dir(ctStatic)), 0o755); err != nil {
+			return err
+		}
+		if err := copyFile(ctBusybox, filepath.Join(e.lower, ctStatic), 0o755); err != nil {
+			return fmt.Errorf("copy %s into the rootless lower: %w", ctBusybox, err)
+		}
+	}
+	js, err := json.Marshal(ct.idx)
+	if err != nil {
+		return err
+	}
+	e.ctIndex = filepath.Join(b.root, "ct-index.json")
+	return os.WriteFile(e.ctIndex, js, 0o644)
 }
 
 func chownTree(root string, uid, gid int) error {
@@ -155,6 +220,18 @@ type agentSpec struct {
 	Config  Config        `json:"config"`
 	Wants   []string      `json:"workloads"`
 	Timeout time.Duration `json:"timeout"`
+	// Containers is the containers workloads' tree, when one runs.
+	Containers *agentCt `json:"containers,omitempty"`
+}
+
+// agentCt is what the agent needs of the containers tree (ctState): the
+// tree's name in the target's root, the files holding its index and the
+// untar step's archive, and why the exec step cannot run, if it cannot.
+type agentCt struct {
+	Name    string `json:"name"`
+	Index   string `json:"index"`
+	Tarball string `json:"tarball"`
+	Static  string `json:"static,omitempty"`
 }
 
 // agentResult is one workload's answer.
@@ -193,31 +270,107 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// run has the agent run workload w.
-func (a *agent) run(ctx context.Context, w *workloadDef) (sample, error) {
+// run has the agent run workload w on inst: it drops the caches first
+// for a cold step, and counts the FUSE requests of the timed part between
+// the agent's "begin" and "end".
+func (a *agent) run(inst *instance, w *workloadDef, b *bencher) (sample, error) {
+	if w.dropsCaches {
+		if err := dropAll(); err != nil {
+			return sample{}, err
+		}
+	}
 	if _, err := fmt.Fprintln(a.in, w.name); err != nil {
 		return sample{}, fmt.Errorf("rootless agent: %w", err)
 	}
-	line, err := a.out.ReadString('\n')
-	if err != nil {
-		return sample{}, fmt.Errorf("rootless agent ended: %v: %s", err, oneLine(a.errb.String()))
+	var ctr *reqCounter
+	defer func() {
+		if ctr != nil {
+			ctr.close()
+		}
+	}()
+	var counts map[string]uint64
+	var terr error
+	for {
+		line, err := a.out.ReadString('\n')
+		if err != nil {
+			return sample{}, fmt.Errorf("rootless agent ended: %v: %s", err, oneLine(a.errb.String()))
+		}
+		f := strings.Fields(line)
+		switch {
+		case len(f) > 0 && f[0] == "begin":
+			if inst.conn != 0 {
+				ctr, terr = b.tracer.start(inst.conn, len(f) > 1 && f[1] == "types")
+			}
+			if _, err := fmt.Fprintln(a.in, "go"); err != nil {
+				return sample{}, fmt.Errorf("rootless agent: %w", err)
+			}
+			continue
+		case len(f) > 0 && f[0] == "end":
+			if ctr != nil {
+				counts, terr = ctr.stop()
+				ctr = nil
+			}
+			if _, err := fmt.Fprintln(a.in, "ok"); err != nil {
+				return sample{}, fmt.Errorf("rootless agent: %w", err)
+			}
+			continue
+		}
+		var r agentResult
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			return sample{}, fmt.Errorf("rootless agent: %q: %w", line, err)
+		}
+		if r.Err != "" {
+			return sample{}, errors.New(r.Err)
+		}
+		if terr != nil {
+			b.targetNote(inst.def.name, "FUSE request counter: "+terr.Error())
+		} else if counts != nil && r.Reqs != nil {
+			r.Reqs.setCounts(counts)
+		}
+		return sample{value: r.Value, getxattr: r.Getxattr, reqs: r.Reqs}, nil
 	}
-	var r agentResult
-	if err := json.Unmarshal([]byte(line), &r); err != nil {
-		return sample{}, fmt.Errorf("rootless agent: %q: %w", line, err)
-	}
-	if r.Err != "" {
-		return sample{}, errors.New(r.Err)
-	}
-	return sample{value: r.Value, getxattr: r.Getxattr, reqs: r.Reqs}, nil
 }
 
 // run runs workload w on the instance: here, or in its agent.
 func (inst *instance) run(ctx context.Context, w *workloadDef, b *bencher) (sample, error) {
 	if inst.agent != nil {
-		return inst.agent.run(ctx, w)
+		return inst.agent.run(inst, w, b)
 	}
 	return w.run(ctx, inst, b)
+}
+
+// agentLink is the agent's side of the request count: the bench, as
+// root, counts the requests of the timed part between begin and end.
+type agentLink struct {
+	in  *bufio.Scanner
+	out io.Writer
+}
+
+// begin says a timed part starts (byType: count requests by type) and
+// waits for the bench's counter.
+func (l *agentLink) begin(byType bool) error {
+	say := "begin"
+	if byType {
+		say += " types"
+	}
+	return l.exchange(say, "go")
+}
+
+// end says the timed part is over and waits for the bench to read its
+// counter.
+func (l *agentLink) end() error { return l.exchange("end", "ok") }
+
+func (l *agentLink) exchange(say, want string) error {
+	if _, err := fmt.Fprintln(l.out, say); err != nil {
+		return err
+	}
+	if !l.in.Scan() {
+		return fmt.Errorf("the bench went away before %q", want)
+	}
+	if got := strings.TrimSpace(l.in.Text()); got != want {
+		return fmt.Errorf("the bench said %q, want %q", got, want)
+	}
+	return nil
 }
 
 // setupRootless starts the agent that mounts rootless target t over fresh
@@ -251,12 +404,15 @@ func (t *targetDef) setupRootless(ctx context.Context, b *bencher, dir string, c
 	}
 	spec := agentSpec{
 		Target: t.name, Binary: env.binary,
-		Lowers: strings.Join(append([]string{env.lower}, b.dcLowers...), ":"),
+		Lowers: strings.Join(append(append([]string{env.lower}, b.dcLowers...), env.ctLowers...), ":"),
 		Upper:  upperDir, Work: work, Mnt: mnt, Pidfile: filepath.Join(dir, "pid"),
 		Config: Config{Duration: b.cfg.Duration, Scale: b.cfg.Scale, Runs: 1},
 	}
 	for _, w := range b.workloads {
 		spec.Wants = append(spec.Wants, w.name)
+	}
+	if b.ct != nil {
+		spec.Containers = &agentCt{Name: b.ct.name, Index: env.ctIndex, Tarball: b.ct.tarball, Static: b.ct.static}
 	}
 	js, err := json.Marshal(spec)
 	if err != nil {
@@ -290,8 +446,14 @@ func (t *targetDef) setupRootless(ctx context.Context, b *bencher, dir string, c
 	}()
 	select {
 	case line := <-ready:
-		if line != "ready" {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "ready" {
 			return nil, fmt.Errorf("rootless mount failed: %s", oneLine(a.errb.String()+" "+line))
+		}
+		// A FUSE mount's connection, which the agent sees in its
+		// mount namespace: the bench counts its requests.
+		if len(f) > 1 && b.tracer != nil && b.tracer.err == nil {
+			inst.conn, _ = strconv.ParseUint(f[1], 10, 64)
 		}
 	case <-time.After(time.Minute):
 		return nil, fmt.Errorf("rootless agent: not mounted after a minute: %s", oneLine(a.errb.String()))
@@ -329,8 +491,9 @@ func (a *agent) stop(pidfile string) error {
 
 // Agent is `goverlay bench --rootless-agent SPEC`, run by the bench as the
 // rootless user in its namespace: it mounts the target SPEC describes,
-// says "ready", then runs each workload named on stdin and answers with a
-// JSON line; at EOF it unmounts.
+// says "ready" (with the FUSE connection's number), then runs each
+// workload named on stdin and answers with a JSON line; at EOF it
+// unmounts.
 func Agent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) != 1 {
 		fmt.Fprintf(stderr, "usage: goverlay bench %s SPEC (run by goverlay bench itself)\n", AgentFlag)
@@ -381,7 +544,21 @@ func Agent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%v\n", err)
 		return 1
 	}
-	b := &bencher{ctx: ctx, cfg: spec.Config, lower: strings.Split(spec.Lowers, ":")[0], results: map[[2]string]*Result{}}
+	sc := bufio.NewScanner(stdin)
+	b := &bencher{ctx: ctx, cfg: spec.Config, lower: strings.Split(spec.Lowers, ":")[0], results: map[[2]string]*Result{},
+		link: &agentLink{in: sc, out: stdout}}
+	if c := spec.Containers; c != nil {
+		idx := &ctIndex{}
+		data, err := os.ReadFile(c.Index)
+		if err == nil {
+			err = json.Unmarshal(data, idx)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "rootless agent: the containers tree's index: %v\n", err)
+			return 1
+		}
+		b.ct = &ctState{name: c.Name, idx: idx, tarball: c.Tarball, static: c.Static}
+	}
 	for _, name := range spec.Wants {
 		if w := findWorkload(name); w != nil {
 			b.workloads = append(b.workloads, w)
@@ -396,9 +573,14 @@ func Agent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	fmt.Fprintln(stdout, "ready")
+	ready := "ready"
+	if t.kind != kindKernel {
+		if conn, err := fuseConnection(spec.Mnt); err == nil {
+			ready += " " + strconv.FormatUint(conn, 10)
+		}
+	}
+	fmt.Fprintln(stdout, ready)
 	enc := json.NewEncoder(stdout)
-	sc := bufio.NewScanner(stdin)
 	for sc.Scan() {
 		var r agentResult
 		if w := findWorkload(strings.TrimSpace(sc.Text())); w == nil {

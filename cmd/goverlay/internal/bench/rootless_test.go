@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -68,4 +69,178 @@ func TestRootlessShortRun(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestRootlessContainers runs the containers group rootless on a small
+// tree: every step on the kernel overlay, fuse-overlayfs and goverlay,
+// each mounted by the unprivileged user over its own copy of the layers,
+// with the caches dropped by the bench for the cold steps and the FUSE
+// requests counted by the bench on the agent's mount.
+func TestRootlessContainers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("rootless targets are set up by root")
+	}
+	for _, tool := range []string{"setpriv", "unshare", "useradd"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	if why := staticBinary(ctBusybox); why != "" {
+		t.Skip(why)
+	}
+	bin := goverlayBinary(t)
+	defer func(f func() (string, error)) { agentExecutable = f }(agentExecutable)
+	agentExecutable = func() (string, error) { return bin, nil }
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var table bytes.Buffer
+	c := Config{
+		Binary:    bin,
+		Targets:   rootlessTargets([]string{"kernel", "fuse-overlayfs", "goverlay"}),
+		Workloads: []string{groupContainers},
+		Runs:      1,
+		Scale:     0.002,
+		Dir:       dir,
+		Out:       &table,
+		Progress:  io.Discard,
+	}
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, table.String())
+	}
+	t.Logf("table:\n%s", table.String())
+	ran := map[string]bool{}
+	for _, ts := range rep.Targets {
+		switch {
+		case ts.Status == "ok":
+			ran[ts.Name] = true
+		case ts.Name == "fuse-overlayfs-rootless" && strings.Contains(ts.Reason, "not installed"):
+			t.Logf("%s: %s", ts.Name, ts.Reason)
+		default:
+			t.Errorf("target %s: %s %s", ts.Name, ts.Status, ts.Reason)
+		}
+	}
+	tracing := !strings.HasPrefix(rep.RequestCounting, "unavailable")
+	steps := 0
+	for _, res := range rep.Results {
+		if !ran[res.Target] {
+			continue
+		}
+		steps++
+		if res.NotApplicable || len(res.Samples) != 1 || res.Samples[0] <= 0 || len(res.Errors) > 0 {
+			t.Errorf("%s on %s: not applicable %v, samples %v, errors %v", res.Workload, res.Target, res.NotApplicable, res.Samples, res.Errors)
+			continue
+		}
+		if !tableHasRow(table.String(), res.Workload, res.Target) {
+			t.Errorf("table has no row for %s on %s", res.Workload, res.Target)
+		}
+		fuse := res.Target != "kernel-rootless"
+		if fuse != (len(res.Requests) == 1) {
+			t.Errorf("%s on %s: requests %+v", res.Workload, res.Target, res.Requests)
+			continue
+		}
+		if !fuse {
+			continue
+		}
+		q := res.Requests[0]
+		if q.Ops <= 0 || q.DaemonCPU == nil || (res.Target == "goverlay-rootless") != (q.Daemon != nil) {
+			t.Errorf("%s on %s: request sample %+v", res.Workload, res.Target, q)
+		}
+		if tracing && (q.FuseRequests == nil || q.FuseRequestsByType == nil) {
+			t.Errorf("%s on %s: FUSE requests not counted: %+v", res.Workload, res.Target, q)
+			continue
+		}
+		// Warm steps may send nothing; creating and cold reading
+		// cannot, so a counter that saw none is not counting.
+		if tracing && (res.Workload == "ct-create" || res.Workload == "ct-read-cold") && *q.FuseRequests == 0 {
+			t.Errorf("%s on %s: 0 FUSE requests counted", res.Workload, res.Target)
+		}
+	}
+	if want := 10 * len(ran); steps != want {
+		t.Errorf("%d step results on the targets that ran, want %d", steps, want)
+	}
+	if !ran["kernel-rootless"] || !ran["goverlay-rootless"] {
+		t.Fatalf("the rootless kernel overlay and goverlay must run: %v", ran)
+	}
+	if res := rep.result("ct-find-warm", "goverlay-rootless"); rep.relative(res, "kernel-rootless") == nil {
+		t.Errorf("no ratio of goverlay-rootless to kernel-rootless")
+	}
+	for _, s := range []string{"Containers: tree generated", "≥ 1.5× fuse-overlayfs-rootless"} {
+		if ran["fuse-overlayfs-rootless"] && !strings.Contains(table.String(), s) {
+			t.Errorf("table lacks %q", s)
+		}
+	}
+	assertClean(t, dir)
+}
+
+// TestRootlessContainersTree: with --tree the rootless targets get the
+// user's own copy of the real tree, so that a directory only its owner
+// may read (root's, 0700, here) is readable in the user's stack, as
+// layers a rootless engine pulled are its own.
+func TestRootlessContainersTree(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("rootless targets are set up by root")
+	}
+	for _, tool := range []string{"setpriv", "unshare", "useradd"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	bin := goverlayBinary(t)
+	defer func(f func() (string, error)) { agentExecutable = f }(agentExecutable)
+	agentExecutable = func() (string, error) { return bin, nil }
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tree := filepath.Join(t.TempDir(), "realtree")
+	for _, d := range []string{"a/private", "b"} {
+		if err := os.MkdirAll(filepath.Join(tree, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, f := range []string{"a/private/secret", "a/one", "b/two", "top"} {
+		if err := os.WriteFile(filepath.Join(tree, f), []byte(strings.Repeat("x", i+1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(tree, "a/private"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	c := Config{
+		Binary:    bin,
+		Targets:   []string{"kernel-rootless", "goverlay-rootless"},
+		Workloads: []string{"ct-find-warm", "ct-read-cold", "ct-cp", "ct-rm"},
+		Runs:      1,
+		Tree:      tree,
+		Dir:       dir,
+		Out:       &table,
+		Progress:  io.Discard,
+	}
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, table.String())
+	}
+	t.Logf("table:\n%s", table.String())
+	if rep.Containers == nil || rep.Containers.Entries != 7 || rep.Containers.Files != 4 {
+		t.Errorf("tree: %+v, want 7 entries, 4 files", rep.Containers)
+	}
+	for _, ts := range rep.Targets {
+		if ts.Status != "ok" {
+			t.Errorf("target %s: %s %s", ts.Name, ts.Status, ts.Reason)
+		}
+	}
+	for _, res := range rep.Results {
+		if len(res.Samples) != 1 || res.Samples[0] <= 0 || len(res.Errors) > 0 {
+			t.Errorf("%s on %s: samples %v, errors %v", res.Workload, res.Target, res.Samples, res.Errors)
+		}
+	}
+	assertClean(t, dir)
 }

@@ -29,17 +29,15 @@ type workloadDef struct {
 	// countsRequests: the workload counts the FUSE requests of its timed
 	// part (countRequests), so the request counter is set up for it.
 	countsRequests bool
-	run            func(ctx context.Context, inst *instance, b *bencher) (sample, error)
+	// dropsCaches: the workload drops every cache first (root). On a
+	// rootless target the bench does it, before it sends the workload
+	// to the agent.
+	dropsCaches bool
+	run         func(ctx context.Context, inst *instance, b *bencher) (sample, error)
 }
 
 // applies says whether w is run on t.
 func (w *workloadDef) applies(t *targetDef) bool {
-	if t.rootless && w.group == groupContainers {
-		// The containers tree and its steps live in the bench
-		// process, not in the rootless agent (rootless.go): not
-		// measured rootless yet.
-		return false
-	}
 	return w.appliesTo == nil || w.appliesTo(t)
 }
 
