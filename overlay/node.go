@@ -64,18 +64,19 @@ type node struct {
 	links []link
 	// key identifies an upper file in FS.upperFiles.
 	key devIno
-	// unlinked is set when the last name of the file was removed.
-	unlinked bool
 	// openCached and openPassthrough count the open handles by I/O
 	// mode: the kernel refuses to mix the two on one inode (ETXTBSY).
 	openCached, openPassthrough int
-	// tmp marks a file that lives in the workdir: an O_TMPFILE file
-	// not linked yet (tmpfile.go), or an orphan.
-	tmp bool
 	// target is a symlink's target once read or made: a symlink never
 	// changes, and a path walk that met it just before its name was
 	// removed still follows it (Readlink).
 	target []byte
+	// The flags below sit together, in one word.
+	// unlinked is set when the last name of the file was removed.
+	unlinked bool
+	// tmp marks a file that lives in the workdir: an O_TMPFILE file
+	// not linked yet (tmpfile.go), or an orphan.
+	tmp bool
 	// orphan marks an open file whose last name was removed: it was
 	// kept under a name in the workdir until its last close (orphan.go).
 	orphan bool
