@@ -307,9 +307,24 @@ func sortedLines(s string) string {
 func BenchmarkPodmanBuild(b *testing.B) {
 	rootfs := podmanSetup(b, map[string]string{"dpkg-deb": "dpkg"})
 	ctx := buildSetup(b, rootfs)
+	type variant struct {
+		prog     mountProgram
+		name     string
+		metacopy bool // overlay.mountopt=metacopy=on, as Fedora's storage.conf has it
+	}
+	var variants []variant
 	for _, prog := range append([]mountProgram{{"kernel", ""}}, podmanPrograms(b)...) {
-		b.Run(prog.name, func(b *testing.B) {
-			p := newPodman(b, prog)
+		variants = append(variants, variant{prog, prog.name, false})
+		if prog.name != "fuse-overlayfs" { // it has no metacopy
+			variants = append(variants, variant{prog, prog.name + "-metacopy", true})
+		}
+	}
+	for _, v := range variants {
+		b.Run(v.name, func(b *testing.B) {
+			p := newPodman(b, v.prog)
+			if v.metacopy {
+				p.flags = append(p.flags, "--storage-opt", "overlay.mountopt=metacopy=on")
+			}
 			p.importImage(rootfs, "localhost/bb")
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
