@@ -1,6 +1,7 @@
 package reliability_test
 
 import (
+	"os"
 	"os/exec"
 	"testing"
 	"time"
@@ -20,6 +21,10 @@ func TestMountCopyInUserNamespace(t *testing.T) {
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("unshare not installed (package util-linux)")
 	}
+	ns, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
 	lower := testutil.NewLayer(t, t.TempDir()).File("f", "x", 0o644).Root
 	m := testutil.Mount(t, testutil.Options{Lower: []string{lower}})
 	holder := exec.Command("unshare", "-Urm", "sleep", "60")
@@ -32,4 +37,10 @@ func TestMountCopyInUserNamespace(t *testing.T) {
 	})
 	time.Sleep(200 * time.Millisecond) // the namespace exists once unshare has run
 	m.Unmount(t)
+	// The harness detached the copy from inside the other namespace:
+	// the process (its main thread, which /proc/self shows) must still
+	// be in its own.
+	if now, err := os.Readlink("/proc/self/ns/mnt"); err != nil || now != ns {
+		t.Errorf("the test's mount namespace was %s, is %s (%v) after the harness detached a copy elsewhere", ns, now, err)
+	}
 }

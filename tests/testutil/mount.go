@@ -254,35 +254,51 @@ func abortConnection(dev uint64) error {
 // goroutine.
 func detachIn(proc, path string) error {
 	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		root, err := unix.Open(proc+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer unix.Close(root)
-		ns, err := unix.Open(proc+"/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer unix.Close(ns)
-		for _, step := range []func() error{
-			func() error { return unix.Unshare(unix.CLONE_FS) },
-			func() error { return unix.Setns(ns, unix.CLONE_NEWNS) },
-			func() error { return unix.Fchdir(root) },
-			func() error { return unix.Chroot(".") },
-			func() error { return unix.Unmount(path, unix.MNT_DETACH) },
-		} {
-			if err := step(); err != nil {
-				errc <- err
-				return
-			}
-		}
-		errc <- nil
-	}()
+	go detachOnThread(proc, path, errc)
 	return <-errc
+}
+
+// detachOnThread is detachIn's work, on a locked thread that dies with the
+// goroutine. Not on the main thread: the runtime does not end that one
+// when its goroutine exits, and /proc/self is the main thread's view, so
+// the tests' reads of /proc/self/mountinfo would show the other
+// namespace from then on. There it hands the work to another goroutine,
+// which cannot land on the main thread while this one holds it.
+func detachOnThread(proc, path string, errc chan<- error) {
+	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		inner := make(chan error, 1)
+		go detachOnThread(proc, path, inner)
+		err := <-inner
+		runtime.UnlockOSThread()
+		errc <- err
+		return
+	}
+	root, err := unix.Open(proc+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		errc <- err
+		return
+	}
+	defer unix.Close(root)
+	ns, err := unix.Open(proc+"/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		errc <- err
+		return
+	}
+	defer unix.Close(ns)
+	for _, step := range []func() error{
+		func() error { return unix.Unshare(unix.CLONE_FS) },
+		func() error { return unix.Setns(ns, unix.CLONE_NEWNS) },
+		func() error { return unix.Fchdir(root) },
+		func() error { return unix.Chroot(".") },
+		func() error { return unix.Unmount(path, unix.MNT_DETACH) },
+	} {
+		if err := step(); err != nil {
+			errc <- err
+			return
+		}
+	}
+	errc <- nil
 }
 
 // logs is the mount command's output and the daemon's log.
