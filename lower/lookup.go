@@ -418,23 +418,7 @@ func (e *RedirectError) Unwrap() error { return e.Err }
 // string, it ends the value at a NUL. A "." or ".." in it passes here and
 // is refused where it is looked up. It is never followed through a
 // symlink: every step opens with O_NOFOLLOW.
-func (d *Dir) redirect() (r string, ok bool, err error) {
-	for _, prefix := range []string{TrustedPrefix, UserPrefix} {
-		v, err := d.Getxattr("", prefix+"redirect")
-		if err != nil {
-			continue
-		}
-		r := string(v)
-		if !validRedirect(r) {
-			return "", false, &RedirectError{Layer: d.Layer.Path, Value: r, Err: unix.EINVAL}
-		}
-		if i := strings.IndexByte(r, 0); i >= 0 {
-			r = r[:i]
-		}
-		return r, true, nil
-	}
-	return "", false, nil
-}
+func (d *Dir) redirect() (r string, ok bool, err error) { return d.FileRedirect("") }
 
 // validRedirect reports whether r has the form of a redirect: a relative
 // name without "/", or an absolute path without empty components. The

@@ -72,7 +72,8 @@ func (d *Dir) IsMetacopy(name string) (bool, error) {
 }
 
 // FileRedirect reads the overlay.redirect of entry name of d (a moved or
-// hard-linked metacopy file), as redirect reads a directory's.
+// hard-linked metacopy file), or of d itself when name is "" (redirect);
+// see redirect for what is accepted.
 func (d *Dir) FileRedirect(name string) (r string, ok bool, err error) {
 	for _, prefix := range []string{TrustedPrefix, UserPrefix} {
 		v, err := d.Getxattr(name, prefix+"redirect")

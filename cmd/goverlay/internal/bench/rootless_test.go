@@ -12,11 +12,11 @@ import (
 	"time"
 )
 
-// TestRootlessShortRun runs fstime on the rootless kernel overlay and
-// goverlay: each mounted by the unprivileged user in its namespace, the
-// workloads run there by the agent, and goverlay on the writeback cache
-// (passthrough is never granted there).
-func TestRootlessShortRun(t *testing.T) {
+// rootlessSetup skips unless rootless targets can be set up here, makes the
+// agent the test's goverlay binary (until the test ends), and returns that
+// binary and a scratch directory the rootless user can reach.
+func rootlessSetup(t *testing.T) (bin, dir string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("rootless targets are set up by root")
 	}
@@ -25,16 +25,25 @@ func TestRootlessShortRun(t *testing.T) {
 			t.Skipf("%s not installed", tool)
 		}
 	}
-	bin := goverlayBinary(t)
-	defer func(f func() (string, error)) { agentExecutable = f }(agentExecutable)
+	bin = goverlayBinary(t)
+	saved := agentExecutable
+	t.Cleanup(func() { agentExecutable = saved })
 	agentExecutable = func() (string, error) { return bin, nil }
-	// The rootless user must reach the scratch tree.
-	dir := t.TempDir()
+	dir = t.TempDir()
 	for _, d := range []string{filepath.Dir(dir), dir} {
 		if err := os.Chmod(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return bin, dir
+}
+
+// TestRootlessShortRun runs fstime on the rootless kernel overlay and
+// goverlay: each mounted by the unprivileged user in its namespace, the
+// workloads run there by the agent, and goverlay on the writeback cache
+// (passthrough is never granted there).
+func TestRootlessShortRun(t *testing.T) {
+	bin, dir := rootlessSetup(t)
 	var table bytes.Buffer
 	c := Config{
 		Binary:    bin,
@@ -77,26 +86,10 @@ func TestRootlessShortRun(t *testing.T) {
 // with the caches dropped by the bench for the cold steps and the FUSE
 // requests counted by the bench on the agent's mount.
 func TestRootlessContainers(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("rootless targets are set up by root")
-	}
-	for _, tool := range []string{"setpriv", "unshare", "useradd"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
 	if why := staticBinary(ctBusybox); why != "" {
 		t.Skip(why)
 	}
-	bin := goverlayBinary(t)
-	defer func(f func() (string, error)) { agentExecutable = f }(agentExecutable)
-	agentExecutable = func() (string, error) { return bin, nil }
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bin, dir := rootlessSetup(t)
 	var table bytes.Buffer
 	c := Config{
 		Binary:    bin,
@@ -182,23 +175,7 @@ func TestRootlessContainers(t *testing.T) {
 // may read (root's, 0700, here) is readable in the user's stack, as
 // layers a rootless engine pulled are its own.
 func TestRootlessContainersTree(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("rootless targets are set up by root")
-	}
-	for _, tool := range []string{"setpriv", "unshare", "useradd"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
-	bin := goverlayBinary(t)
-	defer func(f func() (string, error)) { agentExecutable = f }(agentExecutable)
-	agentExecutable = func() (string, error) { return bin, nil }
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bin, dir := rootlessSetup(t)
 	tree := filepath.Join(t.TempDir(), "realtree")
 	for _, d := range []string{"a/private", "b"} {
 		if err := os.MkdirAll(filepath.Join(tree, d), 0o755); err != nil {
