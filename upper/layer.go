@@ -146,7 +146,7 @@ func OpenAt(u *lower.Layer, wfd int, workPath string, o Options) (*Layer, error)
 var ErrInUse = errors.New("in use by another mount")
 
 // inUseWait is how long lockInUse waits for a layer's lock to be released.
-const inUseWait = time.Second
+const inUseWait = 5 * time.Second
 
 // lockInUse takes an exclusive flock(2) on d, held until its fd is closed
 // (the upper layer's root and the workdir live as long as the mount), so
@@ -156,8 +156,10 @@ const inUseWait = time.Second
 // fs/overlayfs/super.c ovl_inuse_trylock()).
 //
 // A daemon whose mount was just unmounted holds the lock until it has
-// closed its layers, a moment later: the lock is tried again for up to
-// inUseWait, so that `umount; goverlay ...` run back to back works.
+// closed its layers and exited, which on a loaded machine, with many
+// inodes cached, took over a second: the lock is tried again for up to
+// inUseWait, so that `umount; goverlay ...` run back to back works. A
+// layer a live mount holds is refused that much later.
 func lockInUse(d *lower.Dir, role, path string) error {
 	lock := func() error { return d.Do(func(fd int) error { return unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) }) }
 	err := lock()
