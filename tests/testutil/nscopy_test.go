@@ -1,0 +1,51 @@
+package testutil
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// TestDetachCopyInUserNamespace: a mount namespace made while a goverlay
+// mount exists holds a copy of it, and where a user namespace owns that
+// namespace (rootless podman, unshare -Urm) the copy is locked and cannot
+// be detached on its own. detachCopies then ends the FUSE connection, and
+// the daemon exits 0 while the copy still exists; the test process stays
+// in its own mount namespace throughout. The holder lives a second or so,
+// not the harness's DaemonExitTimeout: its namespace copies the mounts of
+// every test running at that moment, in other packages too.
+func TestDetachCopyInUserNamespace(t *testing.T) {
+	RequireRoot(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare not installed (package util-linux)")
+	}
+	ns, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lower := NewLayer(t, t.TempDir()).File("f", "x", 0o644).Root
+	m := Mount(t, Options{Lower: []string{lower}})
+	holder := exec.Command("unshare", "-Urm", "sleep", "60")
+	if err := holder.Start(); err != nil {
+		t.Skipf("unshare -Urm: %v", err)
+	}
+	defer func() {
+		holder.Process.Kill()
+		holder.Wait()
+	}()
+	time.Sleep(200 * time.Millisecond) // the namespace exists once unshare has run
+	if err := runUmount(m.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if !m.detachCopies(t) {
+		t.Fatal("found no copy of the mount in the holder's namespace")
+	}
+	if !m.proc.Wait(DaemonExitTimeout) {
+		t.Errorf("the daemon did not exit once its connection was aborted (the copy still exists)")
+	}
+	m.WaitDaemon(t)
+	if now, err := os.Readlink("/proc/self/ns/mnt"); err != nil || now != ns {
+		t.Errorf("the test's mount namespace was %s, is %s (%v) after detachCopies", ns, now, err)
+	}
+}
