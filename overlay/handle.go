@@ -28,7 +28,7 @@ type handle struct {
 	fd    int
 	upper bool // fd is the upper file's
 	// stale is the lower file's fd after the switch to the upper file:
-	// kept open until Release, since a read reply may still be splicing
+	// kept open until Release, since a read reply may still be reading
 	// from it (Read).
 	stale int
 }
@@ -120,9 +120,9 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	if err != nil {
 		return nil, errno(err)
 	}
-	// go-fuse splices from fd to /dev/fuse after we return (falling
-	// back to pread): no copy through our memory. fd stays open until
-	// Release, which the kernel sends only after every read's reply.
+	// go-fuse preads from fd into the reply after we return (mount.go:
+	// no splice). fd stays open until Release, which the kernel sends
+	// only after every read's reply.
 	return fuse.ReadResultFd(uintptr(fd), off, len(dest)), 0
 }
 
