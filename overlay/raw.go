@@ -73,16 +73,19 @@ func killFlag(on bool) reqFlags {
 
 // Write and Writev both need the wrapper: the server calls Writev first.
 func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	yield()
 	defer r.mark(cancel, reqMark{flags: writeFlags(in)})()
 	return r.RawFileSystem.Write(cancel, in, data)
 }
 
 func (r *rawFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
+	yield()
 	defer r.mark(cancel, reqMark{flags: writeFlags(in)})()
 	return r.RawFileSystem.Writev(cancel, in, data)
 }
 
 func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	yield()
 	defer r.mark(cancel, reqMark{flags: killFlag(in.Mode&fuse.OPEN_KILL_SUIDGID != 0)})()
 	st := r.RawFileSystem.Open(cancel, in, out)
 	r.opened(st, out)
@@ -90,6 +93,7 @@ func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut)
 }
 
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	yield()
 	defer r.mark(cancel, reqMark{flags: killFlag(in.OpenFlags&fuse.OPEN_KILL_SUIDGID != 0), umask: in.Umask})()
 	st := r.RawFileSystem.Create(cancel, in, name, out)
 	r.opened(st, &out.OpenOut)
@@ -111,17 +115,20 @@ func (r *rawFS) opened(st fuse.Status, out *fuse.OpenOut) {
 }
 
 func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	yield()
 	defer r.mark(cancel, reqMark{umask: in.Umask})()
 	return r.RawFileSystem.Mkdir(cancel, in, name, out)
 }
 
 func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	yield()
 	defer r.mark(cancel, reqMark{umask: in.Umask})()
 	return r.RawFileSystem.Mknod(cancel, in, name, out)
 }
 
 // Tmpfile: O_TMPFILE carries a umask as CREATE does.
 func (r *rawFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
+	yield()
 	defer r.mark(cancel, reqMark{umask: in.Umask})()
 	st := r.RawFileSystem.Tmpfile(cancel, in, out)
 	r.opened(st, &out.OpenOut)
@@ -155,6 +162,7 @@ func (r *rawFS) umask(ctx context.Context) uint32 { return r.seen(ctx).umask }
 // and the writer's open fails with EIO (bug 10 in
 // tests/reliability/README.md).
 func (r *rawFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	yield()
 	after := new(func())
 	r.releasing.Store(cancel, after)
 	r.RawFileSystem.Release(cancel, in)
