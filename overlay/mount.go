@@ -332,9 +332,9 @@ func (f *FS) fsOptions() *fs.Options {
 	// the header, not spliced. go-fuse's splice pipes come from os.Pipe,
 	// which registers them with the Go runtime's epoll: every splice into
 	// or out of a pipe is an edge that wakes the thread parked in
-	// epoll_pwait, for nothing, about one wakeup per READ. Reading a cold
-	// tree of small files that way cost 1.6 times the daemon CPU (the
-	// containers group's read step, docs/BENCHMARKS.md).
+	// epoll_pwait, for nothing, about one wakeup per READ. A cold read of
+	// 30,000 files cost 1.6 times the daemon CPU that way
+	// (docs/BENCHMARKS.md, "Container workloads: where the time goes").
 	mo.DisableSplice = true
 	mo.DirectMountFlags = unix.MS_NOSUID | unix.MS_NODEV
 	if f.ReadOnly() {
