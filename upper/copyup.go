@@ -137,13 +137,7 @@ func (l *Layer) build(src Source, tmp string, data bool) error {
 				return err
 			}
 		case data && st.Size > 0:
-			in, err := src.openData()
-			if err != nil {
-				return err
-			}
-			err = copyData(fd, in, st.Size)
-			unix.Close(in)
-			if err != nil {
+			if err := copyOpened(fd, src.openData, st.Size); err != nil {
 				return err
 			}
 		}
@@ -252,6 +246,17 @@ func copyXattrs(from *lower.Dir, fromName string, to *lower.Dir, toName string) 
 		}
 		return nil
 	})
+}
+
+// copyOpened copies size bytes into out from the file open gives, which it
+// closes after.
+func copyOpened(out int, open func() (int, error), size int64) error {
+	in, err := open()
+	if err != nil {
+		return err
+	}
+	defer unix.Close(in)
+	return copyData(out, in, size)
 }
 
 // copyData copies size bytes from in to out: a reflink where the filesystem

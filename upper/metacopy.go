@@ -99,12 +99,7 @@ func (l *Layer) CopyDataIn(d *lower.Dir, name string, data *lower.DataFile, with
 // fillData copies data's contents into fd, a metacopy file with stat st.
 func (l *Layer) fillData(fd int, st *unix.Stat_t, data *lower.DataFile) error {
 	caps, capsErr := fgetxattr(fd, capabilityXattr)
-	in, err := data.Open(unix.O_RDONLY)
-	if err != nil {
-		return err
-	}
-	err = copyData(fd, in, st.Size)
-	unix.Close(in)
+	err := copyOpened(fd, func() (int, error) { return data.Open(unix.O_RDONLY) }, st.Size)
 	if err != nil {
 		return err
 	}

@@ -222,11 +222,7 @@ func TestShortRun(t *testing.T) {
 		Out:       &table,
 		Progress:  io.Discard,
 	}
-	rep, err := Run(context.Background(), c)
-	if err != nil {
-		t.Fatalf("Run: %v\n%s", err, table.String())
-	}
-	t.Logf("table:\n%s", table.String())
+	rep := mustRun(t, c, &table)
 
 	// The table names every target, and has a row per workload of the
 	// targets that ran.
@@ -576,11 +572,7 @@ func TestDircacheShortRun(t *testing.T) {
 		JSON:      filepath.Join(t.TempDir(), "bench.json"),
 		Out:       &table,
 	}
-	rep, err := Run(context.Background(), c)
-	if err != nil {
-		t.Fatalf("Run: %v\n%s", err, table.String())
-	}
-	t.Logf("table:\n%s", table.String())
+	rep := mustRun(t, c, &table)
 	ran := map[string]bool{}
 	for _, ts := range rep.Targets {
 		if ts.Status == "ok" {
@@ -880,11 +872,7 @@ func TestMemShortRun(t *testing.T) {
 		Dir:       scratch,
 		Out:       &table,
 	}
-	rep, err := Run(context.Background(), c)
-	if err != nil {
-		t.Fatalf("Run: %v\n%s", err, table.String())
-	}
-	t.Logf("table:\n%s", table.String())
+	rep := mustRun(t, c, &table)
 	if strings.Join(rep.Config.Workloads, ",") != "mem-per-inode,mem-idle" {
 		t.Errorf("workloads %v", rep.Config.Workloads)
 	}
@@ -929,4 +917,16 @@ func TestMemShortRun(t *testing.T) {
 		t.Errorf("memory goals: %+v", rep.Goals)
 	}
 	assertClean(t, scratch)
+}
+
+// mustRun runs c, whose Out is table, fails the test if the run fails, and
+// logs the table either way.
+func mustRun(t *testing.T, c Config, table *bytes.Buffer) *Report {
+	t.Helper()
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, table.String())
+	}
+	t.Logf("table:\n%s", table.String())
+	return rep
 }

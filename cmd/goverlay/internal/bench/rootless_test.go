@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"os"
 	"os/exec"
@@ -55,11 +54,7 @@ func TestRootlessShortRun(t *testing.T) {
 		Out:       &table,
 		Progress:  io.Discard,
 	}
-	rep, err := Run(context.Background(), c)
-	if err != nil {
-		t.Fatalf("Run: %v\n%s", err, table.String())
-	}
-	t.Logf("table:\n%s", table.String())
+	rep := mustRun(t, c, &table)
 	if rep.Reference != "kernel-rootless" {
 		t.Errorf("reference %q, want kernel-rootless", rep.Reference)
 	}
@@ -101,11 +96,7 @@ func TestRootlessContainers(t *testing.T) {
 		Out:       &table,
 		Progress:  io.Discard,
 	}
-	rep, err := Run(context.Background(), c)
-	if err != nil {
-		t.Fatalf("Run: %v\n%s", err, table.String())
-	}
-	t.Logf("table:\n%s", table.String())
+	rep := mustRun(t, c, &table)
 	ran := map[string]bool{}
 	for _, ts := range rep.Targets {
 		switch {
@@ -201,11 +192,7 @@ func TestRootlessContainersTree(t *testing.T) {
 		Out:       &table,
 		Progress:  io.Discard,
 	}
-	rep, err := Run(context.Background(), c)
-	if err != nil {
-		t.Fatalf("Run: %v\n%s", err, table.String())
-	}
-	t.Logf("table:\n%s", table.String())
+	rep := mustRun(t, c, &table)
 	if rep.Containers == nil || rep.Containers.Entries != 7 || rep.Containers.Files != 4 {
 		t.Errorf("tree: %+v, want 7 entries, 4 files", rep.Containers)
 	}
