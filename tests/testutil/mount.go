@@ -186,6 +186,18 @@ func (m *Mounted) finish(t testing.TB, unmount, explicit bool) {
 	}
 }
 
+// recordDev notes the st_dev of the mount on m.Dir, for detachCopies;
+// only of a FUSE mount, since detachCopies detaches whatever has that
+// device number (the filesystem below a mount this namespace does not
+// see would be the wrong one).
+func (m *Mounted) recordDev() {
+	var fs unix.Statfs_t
+	var st unix.Stat_t
+	if unix.Statfs(m.Dir, &fs) == nil && fs.Type == unix.FUSE_SUPER_MAGIC && unix.Stat(m.Dir, &st) == nil {
+		m.dev = st.Dev
+	}
+}
+
 // detachCopies handles a daemon that outlived its unmount because its
 // mount is not gone: a process of another test (podman, unshare) made a
 // mount namespace while the mount was there, and its copy of the mount

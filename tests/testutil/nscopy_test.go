@@ -49,3 +49,44 @@ func TestDetachCopyInUserNamespace(t *testing.T) {
 		t.Errorf("the test's mount namespace was %s, is %s (%v) after detachCopies", ns, now, err)
 	}
 }
+
+// TestDetachCopyOfAdoptedMount: a mount the test made itself (mount(8),
+// the mount-helper forms) and handed to Adopt is found in another mount
+// namespace as well: Adopt records its device number, without which
+// detachCopies had nothing to look for and the daemon outlived its
+// unmount while another test's namespace held a copy.
+func TestDetachCopyOfAdoptedMount(t *testing.T) {
+	RequireRoot(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare not installed (package util-linux)")
+	}
+	dir := t.TempDir()
+	lower := NewLayer(t, t.TempDir()).File("f", "x", 0o644).Root
+	upper, work, mnt := dir+"/upper", dir+"/work", dir+"/mnt"
+	for _, d := range []string{upper, work, mnt} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work
+	if out, err := exec.Command(Binary(t), "-o", opts, mnt).CombinedOutput(); err != nil {
+		t.Fatalf("goverlay: %v\n%s", err, out)
+	}
+	m := Adopt(t, mnt)
+	holder := exec.Command("unshare", "-m", "--propagation", "private", "sleep", "60")
+	if err := holder.Start(); err != nil {
+		t.Skipf("unshare -m: %v", err)
+	}
+	defer func() {
+		holder.Process.Kill()
+		holder.Wait()
+	}()
+	time.Sleep(200 * time.Millisecond) // the namespace exists once unshare has run
+	if err := runUmount(m.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if !m.detachCopies(t) {
+		t.Fatal("found no copy of the mount in the holder's namespace")
+	}
+	m.WaitDaemon(t)
+}

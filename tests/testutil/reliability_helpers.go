@@ -102,10 +102,7 @@ func MountWith(t testing.TB, o Options, c MountConfig) *Mounted {
 	if !IsMounted(m.Dir) {
 		t.Fatalf("goverlay returned 0 but %s is not in /proc/self/mountinfo\n%s", m.Dir, m.logs())
 	}
-	var st unix.Stat_t
-	if unix.Stat(m.Dir, &st) == nil {
-		m.dev = st.Dev
-	}
+	m.recordDev()
 	return m
 }
 

@@ -82,5 +82,8 @@ func AdoptOf(t testing.TB, dir, bin string) *Mounted {
 		t.Fatal(err)
 	}
 	m.PID, m.proc = pids[0], p
+	// Without it a copy of the mount in another test's namespace would
+	// keep the daemon alive past its unmount (detachCopies).
+	m.recordDev()
 	return m
 }
