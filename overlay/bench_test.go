@@ -17,7 +17,7 @@ func BenchmarkWrite1K(b *testing.B) {
 	for _, m := range matrix {
 		b.Run(m.name, func(b *testing.B) {
 			lo, up, work := b.TempDir(), b.TempDir(), b.TempDir()
-			mnt, f := mountFS(b, Options{Lower: []string{lo}, Upper: up, Work: work, NoSec: m.mode, Passthrough: m.passthrough, Writeback: m.writeback})
+			mnt, f := mountFS(b, Options{Lower: []string{lo}, Upper: up, Work: work, NoSec: m.mode, Passthrough: m.passthrough, OpenRequests: m.opens, Writeback: m.writeback})
 			w, err := os.Create(mnt + "/dummy")
 			if err != nil {
 				b.Fatal(err)
@@ -61,7 +61,7 @@ func BenchmarkReaddir(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	mnt := mountT(b, Options{Lower: layers, Upper: up, Work: work, NoSec: NoSecOn, Passthrough: true})
+	mnt := mountT(b, Options{Lower: layers, Upper: up, Work: work, NoSec: NoSecOn, Passthrough: true, OpenRequests: true})
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		d, err := os.Open(mnt + "/big")
@@ -90,7 +90,7 @@ func BenchmarkCreate(b *testing.B) {
 			if err := os.Mkdir(lo+"/d", 0o755); err != nil {
 				b.Fatal(err)
 			}
-			mnt := mountT(b, Options{Lower: []string{lo}, Upper: up, Work: work, NoSec: m.mode, Passthrough: m.passthrough, Writeback: m.writeback})
+			mnt := mountT(b, Options{Lower: []string{lo}, Upper: up, Work: work, NoSec: m.mode, Passthrough: m.passthrough, OpenRequests: m.opens, Writeback: m.writeback})
 			dir := mnt + "/d/"
 			names := make([]string, 256)
 			for i := range names {

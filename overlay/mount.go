@@ -37,8 +37,12 @@ type Options struct {
 	NoFsync bool
 	// NoSec is the -o nosec= setting.
 	NoSec NoSecMode
+	// OpenRequests makes every open(2) of a regular file a request
+	// (-o noopen=0), which passthrough needs; without it the kernel
+	// opens files by itself (noopen.go).
+	OpenRequests bool
 	// Passthrough lets the kernel read and write upper files directly
-	// (Linux 6.9+, root); see passthrough.go.
+	// (Linux 6.9+, root; only with OpenRequests); see passthrough.go.
 	Passthrough bool
 	// Writeback is the -o writeback= setting: the kernel's writeback
 	// cache, by default where passthrough is not granted (writeback.go).
@@ -250,7 +254,7 @@ func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 	errLog.Store(f.log)
 	root := f.newRoot()
 	opts := f.fsOptions()
-	f.raw = &rawFS{RawFileSystem: fs.NewNodeFS(root, opts), stats: &f.stats}
+	f.raw = &rawFS{RawFileSystem: fs.NewNodeFS(root, opts), stats: &f.stats, noOpen: f.io.noOpen}
 	srv, err := fuse.NewServer(f.raw, mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, err
@@ -368,12 +372,17 @@ func (f *FS) fsOptions() *fs.Options {
 		// security.capability on every write; we remove privileges
 		// when its KILL_SUIDGID flags say so (rawFS, killPrivs).
 		mo.ExtraCapabilities |= fuse.CAP_HANDLE_KILLPRIV_V2
+	}
+	if f.nosec && !f.io.noOpen {
 		// O_TRUNC reaches OPEN, so that a truncating open copies a
 		// lower file up without its data instead of copying it and
 		// truncating. Only with KILLPRIV_V2: then the OPEN carries
 		// FUSE_OPEN_KILL_SUIDGID. Without it the kernel clears suid
 		// and sgid of a truncating open in the SETATTR that atomic
-		// O_TRUNC does away with, and nobody would.
+		// O_TRUNC does away with, and nobody would. Never without
+		// OPEN requests (noopen.go): the kernel would take the
+		// truncation for done by an OPEN it never sent
+		// (fuse_do_setattr() skips the SETATTR of ATTR_OPEN).
 		mo.ExtraCapabilities |= fuse.CAP_ATOMIC_O_TRUNC
 	}
 	if f.io.writeback {

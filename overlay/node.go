@@ -178,6 +178,11 @@ func (n *node) OnForget() {
 	if n.chain != nil && !n.IsRoot() {
 		n.chain.Forget()
 	}
+	if !n.isDir() && n.ofs.io.noOpen {
+		// The last close of a file opened without a request
+		// (noopen.go): an orphan goes now.
+		n.dropTempLocked()
+	}
 }
 
 // stableAttr is the identity of the node for entry e, found in p under

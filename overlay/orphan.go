@@ -43,7 +43,7 @@ func (n *node) keepIfOpen(d *lower.Dir, name string) string {
 	}
 	n.mu.Lock()
 	last := len(n.links) == 1 && n.links[0].dir.Dir == d && n.links[0].name == name
-	open := n.openCached+n.openPassthrough > 0
+	open := n.heldLocked()
 	n.mu.Unlock()
 	if !last || !open {
 		return ""
@@ -86,7 +86,7 @@ func (n *node) nameRemoved(d *lower.Dir, name, keep string) {
 // layer, whose only name was just removed. It reports whether it did.
 func (n *node) keepLower() bool {
 	n.mu.Lock()
-	keep := !n.isDir() && len(n.links) == 1 && !n.links[0].dir.Layer.Upper && n.openCached+n.openPassthrough > 0
+	keep := !n.isDir() && len(n.links) == 1 && !n.links[0].dir.Layer.Upper && n.heldLocked()
 	n.orphanLower = n.orphanLower || keep
 	n.mu.Unlock()
 	if keep {

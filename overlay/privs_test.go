@@ -55,31 +55,37 @@ func modeOf(t *testing.T, path string) uint32 {
 }
 
 // matrix is {nosec on, off} × {write-through, passthrough, writeback
-// cache}.
+// cache}, files opened without a request (noopen.go) except with
+// passthrough, which needs OPEN, and "opens": the writeback cache with
+// OPEN requests.
 var matrix = []struct {
 	name        string
 	mode        NoSecMode
 	passthrough bool
 	writeback   WritebackMode
+	opens       bool
 }{
-	{"nosec-on", NoSecOn, false, WritebackOff},
-	{"nosec-on+passthrough", NoSecOn, true, WritebackOff},
-	{"nosec-off", NoSecOff, false, WritebackOff},
-	{"nosec-off+passthrough", NoSecOff, true, WritebackOff},
-	{"nosec-on+writeback", NoSecOn, false, WritebackOn},
-	{"nosec-off+writeback", NoSecOff, false, WritebackOn},
+	{"nosec-on", NoSecOn, false, WritebackOff, false},
+	{"nosec-on+passthrough", NoSecOn, true, WritebackOff, true},
+	{"nosec-off", NoSecOff, false, WritebackOff, false},
+	{"nosec-off+passthrough", NoSecOff, true, WritebackOff, true},
+	{"nosec-on+writeback", NoSecOn, false, WritebackOn, false},
+	{"nosec-off+writeback", NoSecOff, false, WritebackOn, false},
+	{"nosec-on+writeback+opens", NoSecOn, false, WritebackOn, true},
 }
 
 // nosecMount mounts lowers with write-through or passthrough.
 func nosecMount(t *testing.T, mode NoSecMode, passthrough bool, lowers ...string) (mnt, up string, f *FS) {
 	t.Helper()
-	return nosecMountW(t, mode, passthrough, WritebackOff, lowers...)
+	return nosecMountW(t, mode, passthrough, WritebackOff, passthrough, lowers...)
 }
 
-func nosecMountW(t *testing.T, mode NoSecMode, passthrough bool, wb WritebackMode, lowers ...string) (mnt, up string, f *FS) {
+// nosecMountW is nosecMount with a writeback setting, and with OPEN
+// requests when opens.
+func nosecMountW(t *testing.T, mode NoSecMode, passthrough bool, wb WritebackMode, opens bool, lowers ...string) (mnt, up string, f *FS) {
 	t.Helper()
 	up, work := openDir(t), openDir(t)
-	o := Options{Lower: lowers, Upper: up, Work: work, NoSec: mode, Passthrough: passthrough, Writeback: wb, AllowOther: true}
+	o := Options{Lower: lowers, Upper: up, Work: work, NoSec: mode, Passthrough: passthrough, OpenRequests: opens, Writeback: wb, AllowOther: true}
 	mnt, f = mountFS(t, o)
 	return mnt, up, f
 }
@@ -94,7 +100,7 @@ func TestKillPrivsOnWrite(t *testing.T) {
 				write(t, lo+"/"+name, "data")
 				os.Chmod(lo+"/"+name, os.FileMode(m&0o777)|modeBits(m))
 			}
-			mnt, up, f := nosecMountW(t, m.mode, m.passthrough, m.writeback, lo)
+			mnt, up, f := nosecMountW(t, m.mode, m.passthrough, m.writeback, m.opens, lo)
 			run(t, asNobody, "echo x >> "+mnt+"/suid")
 			run(t, noFsetid, "echo x >> "+mnt+"/sgidx")
 			run(t, asNobody, "echo x >> "+mnt+"/sgid")

@@ -27,6 +27,8 @@ type rawFS struct {
 	// dirs serves the READDIRs of directories opened without a request
 	// (diropen.go).
 	dirs dirStreams
+	// noOpen: regular files open without a request (noopen.go).
+	noOpen bool
 }
 
 // reqMark is what rawFS saw on a request.
@@ -86,6 +88,11 @@ func (r *rawFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) 
 
 func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	yield()
+	if r.noOpen {
+		// See noopen.go: the kernel opens every regular file of
+		// the mount by itself from now on.
+		return fuse.ENOSYS
+	}
 	defer r.mark(cancel, reqMark{flags: killFlag(in.Mode&fuse.OPEN_KILL_SUIDGID != 0)})()
 	st := r.RawFileSystem.Open(cancel, in, out)
 	r.opened(st, out)

@@ -47,6 +47,8 @@ type Stats struct {
 	Writeback   bool   `json:"writeback_cache"`
 	Passthrough bool   `json:"passthrough"`
 	IOReason    string `json:"io_reason"`
+	// NoOpen says regular files open without a request (noopen.go).
+	NoOpen bool `json:"noopen"`
 	// OpensPassthrough and OpensCached count file opens by the I/O mode
 	// the kernel got: passthrough only where the reply carried a
 	// registered backing file.
@@ -92,6 +94,7 @@ func (f *FS) Stats() Stats {
 		Writeback:         f.io.writeback,
 		Passthrough:       f.passthrough.Load(),
 		IOReason:          f.io.why,
+		NoOpen:            f.io.noOpen,
 		CopyUps:           f.stats.copyUps.Load(),
 		Whiteouts:         f.stats.whiteouts.Load(),
 		OpensPassthrough:  f.stats.opensPassthrough.Load(),

@@ -51,6 +51,13 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	child := n.NewInode(ctx, c, fs.StableAttr{Mode: unix.S_IFREG, Ino: n.ofs.ino.ino(e.Stat.Dev, e.Stat.Ino)})
 	c.fillAttr(&e.Stat, &out.Attr)
 	c.setEntryTimeouts(out)
+	if n.ofs.io.noOpen {
+		// The kernel would send no RELEASE for a handle once it
+		// opens files by itself (fuse_file_put()): the file's I/O
+		// goes through the node (noopen.go).
+		unix.Close(fd)
+		return child, nil, handleOpenFlags, 0
+	}
 	return child, newHandle(c, fd, true, true), handleOpenFlags, 0
 }
 
@@ -74,7 +81,7 @@ func (n *node) linkTemp(d *lower.Dir, name string, over upper.Over) error {
 //
 // Preconditions: n.mu is held.
 func (n *node) dropTempLocked() {
-	if n.openCached != 0 || n.openPassthrough != 0 {
+	if n.heldLocked() {
 		return
 	}
 	if n.orphanLower {

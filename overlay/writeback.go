@@ -60,7 +60,7 @@ type WritebackMode int
 
 const (
 	// WritebackAuto uses the writeback cache where passthrough is not
-	// granted (rootless, passthrough=off, kernels without it).
+	// used (noopen=1, rootless, passthrough=off, kernels without it).
 	WritebackAuto WritebackMode = iota
 	// WritebackOn uses it always (no passthrough then).
 	WritebackOn
@@ -72,6 +72,8 @@ func (m WritebackMode) String() string { return [...]string{"auto", "1", "0"}[m]
 
 // ioMode is what a mount asks the kernel for.
 type ioMode struct {
+	// noOpen: regular files open without a request (noopen.go).
+	noOpen                 bool
 	passthrough, writeback bool
 	why                    string
 }
@@ -83,7 +85,11 @@ func decideIO(o Options, readOnly bool) ioMode {
 	case readOnly:
 		// Nothing is written, and passthrough serves only upper
 		// files.
-		return ioMode{why: "read-only mount"}
+		return ioMode{noOpen: !o.OpenRequests, why: "read-only mount"}
+	case !o.OpenRequests && o.Writeback == WritebackOff:
+		return ioMode{noOpen: true, why: "noopen=1 (no passthrough: it is set up at an OPEN), writeback=0"}
+	case !o.OpenRequests:
+		return ioMode{noOpen: true, writeback: true, why: "noopen=1: no passthrough, which is set up at an OPEN"}
 	case o.Writeback == WritebackOn:
 		return ioMode{writeback: true, why: "writeback=1"}
 	case o.Writeback == WritebackOff && !o.Passthrough:

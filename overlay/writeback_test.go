@@ -222,15 +222,22 @@ func TestDecideIO(t *testing.T) {
 		readOnly bool
 		pt, wb   bool
 	}{
-		{Options{Passthrough: true}, false, true, false},
-		{Options{Passthrough: false}, false, false, true},
-		{Options{Passthrough: true, Writeback: WritebackOn}, false, false, true},
-		{Options{Passthrough: false, Writeback: WritebackOn}, false, false, true},
-		{Options{Passthrough: true, Writeback: WritebackOff}, false, true, false},
-		{Options{Passthrough: false, Writeback: WritebackOff}, false, false, false},
-		{Options{Passthrough: true, Writeback: WritebackOn}, true, false, false},
+		{Options{Passthrough: true, OpenRequests: true}, false, true, false},
+		{Options{Passthrough: false, OpenRequests: true}, false, false, true},
+		{Options{Passthrough: true, OpenRequests: true, Writeback: WritebackOn}, false, false, true},
+		{Options{Passthrough: false, OpenRequests: true, Writeback: WritebackOn}, false, false, true},
+		{Options{Passthrough: true, OpenRequests: true, Writeback: WritebackOff}, false, true, false},
+		{Options{Passthrough: false, OpenRequests: true, Writeback: WritebackOff}, false, false, false},
+		{Options{Passthrough: true, OpenRequests: true, Writeback: WritebackOn}, true, false, false},
+		// Without OPEN requests, no passthrough (noopen.go).
+		{Options{Passthrough: true}, false, false, true},
+		{Options{Passthrough: true, Writeback: WritebackOff}, false, false, false},
+		{Options{Passthrough: true}, true, false, false},
 	} {
 		got := decideIO(c.o, c.readOnly)
+		if got.noOpen == c.o.OpenRequests {
+			t.Errorf("OpenRequests %v: noOpen %v", c.o.OpenRequests, got.noOpen)
+		}
 		if got.passthrough != c.pt || got.writeback != c.wb || got.why == "" {
 			t.Errorf("passthrough %v, writeback %v, read-only %v: got passthrough %v, writeback %v (%s)",
 				c.o.Passthrough, c.o.Writeback, c.readOnly, got.passthrough, got.writeback, got.why)

@@ -79,6 +79,12 @@ func (r *rawFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.
 
 func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	yield()
+	if in.Fh == 0 {
+		// A file opened without a request (noopen.go): nothing to
+		// flush, as for any handle (handle.Flush); ENOSYS ends the
+		// FLUSHes of the mount (fuse_flush()).
+		return fuse.ENOSYS
+	}
 	return r.RawFileSystem.Flush(cancel, in)
 }
 

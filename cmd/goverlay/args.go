@@ -22,6 +22,9 @@ type config struct {
 	NoFsync          bool // fsync=0 or volatile
 	NoSec            overlay.NoSecMode
 	NoPassthrough    bool // passthrough=off
+	passthroughOn    bool // passthrough=on, given
+	OpenRequests     bool // noopen=0, or implied by passthrough=on
+	noOpenGiven      bool // noopen= given
 	Writeback        overlay.WritebackMode
 	NoACL            bool
 	RedirectDirOff   bool           // redirect_dir=off|follow|nofollow
@@ -217,6 +220,6 @@ func (c *config) absolutize() error {
 
 // String renders the configuration for the debug log.
 func (c *config) String() string {
-	return fmt.Sprintf("lower=%q upper=%q work=%q mountpoint=%q fsname=%q userxattr=%v nofsync=%v nosec=%v nopassthrough=%v writeback=%v noacl=%v kernel=%q",
-		c.Lower, c.Upper, c.Work, c.Mountpoint, c.FsName, c.UserXattr, c.NoFsync, c.NoSec, c.NoPassthrough, c.Writeback, c.NoACL, c.KernelOptions)
+	return fmt.Sprintf("lower=%q upper=%q work=%q mountpoint=%q fsname=%q userxattr=%v nofsync=%v nosec=%v nopassthrough=%v openrequests=%v writeback=%v noacl=%v kernel=%q",
+		c.Lower, c.Upper, c.Work, c.Mountpoint, c.FsName, c.UserXattr, c.NoFsync, c.NoSec, c.NoPassthrough, c.OpenRequests, c.Writeback, c.NoACL, c.KernelOptions)
 }

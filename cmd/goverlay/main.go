@@ -135,6 +135,7 @@ func overlayOptions(cfg *config, euid int, logger *log.Logger) overlay.Options {
 		NoFsync:          cfg.NoFsync,
 		NoSec:            cfg.NoSec,
 		Passthrough:      !cfg.NoPassthrough,
+		OpenRequests:     cfg.OpenRequests,
 		Writeback:        cfg.Writeback,
 		NoACL:            cfg.NoACL,
 		RedirectDirOff:   cfg.RedirectDirOff,

@@ -67,8 +67,9 @@ var optionTable = []optionInfo{
 	{"fsync", "1|0", optSupported, "fsync=0: do not fsync a copy-up before publishing it (fuse-overlayfs); faster, not crash-safe"},
 	{"volatile", "", optSupported, "same as fsync=0 (kernel overlayfs; podman passes it for --volatile containers)"},
 	{"nosec", "inherit|on|off", optSupported, "let the kernel skip the security.capability check on writes: inherit (default) when the upper filesystem is local, on, or off"},
-	{"passthrough", "on|off", optSupported, "on (default): the kernel reads and writes files of the upper layer directly (FUSE passthrough; Linux 6.9+, root); off: reads and writes go through the page cache and goverlay (with the writeback cache, unless writeback=0)"},
-	{"writeback", "0|1", optSupported, "the kernel's writeback cache: write(2) fills the page cache and the kernel writes it to goverlay later, in large requests (fuse-overlayfs). Default: on where passthrough is not granted (rootless, passthrough=off, kernels before 6.9), off where it is; 1 uses it instead of passthrough, 0 never"},
+	{"noopen", "1|0", optSupported, "1 (default): the kernel opens regular files without asking goverlay (FUSE no_open): no OPEN and RELEASE per open(2), so reads from the page cache and execs of cached files never reach goverlay; a lower file is copied up at its first change rather than when opened for writing; no passthrough. 0: every open is a request, as in fuse-overlayfs; passthrough needs it"},
+	{"passthrough", "on|off", optSupported, "with noopen=0: on (default) lets the kernel read and write files of the upper layer directly (FUSE passthrough; Linux 6.9+, root); off sends reads and writes through the page cache and goverlay. passthrough=on implies noopen=0"},
+	{"writeback", "0|1", optSupported, "the kernel's writeback cache: write(2) fills the page cache and the kernel writes it to goverlay later, in large requests (fuse-overlayfs). Default: on, except with noopen=0 where passthrough is granted; 1 uses it instead of passthrough, 0 never (every write(2) is then a request)"},
 	{"noacl", "", optSupported, "do not enforce POSIX ACLs, nor give new objects their directory's default ACL; the umask always applies (fuse-overlayfs)"},
 	{"static_nlink", "", optSupported, "report a link count of 1 for every directory (fuse-overlayfs); merged directories always report 1, like the kernel overlay's"},
 	{"uidmapping", "ID:HOSTID:LEN[:...]", optSupported, "owners ID..ID+LEN-1 on disk are shown as HOSTID..; new files and chown map back; unmapped ids show as the overflow uid (fuse-overlayfs; containers/storage passes it); the ids named in POSIX ACLs are mapped the same way (fuse-overlayfs leaves them); a lower layer on an id-mapped mount is not shifted twice (man page: ID-MAPPED LAYERS)"},
@@ -295,6 +296,13 @@ func (st *optState) set(key, raw string) error {
 		if err != nil {
 			return err
 		}
+		c.passthroughOn = on
+	case "noopen":
+		on, err := switchValue(key, raw, "1", "0")
+		if err != nil {
+			return err
+		}
+		c.noOpenGiven, c.OpenRequests = true, !on
 	case "writeback":
 		switch v := unescape(raw); v {
 		case "0", "1":

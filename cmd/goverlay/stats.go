@@ -84,6 +84,7 @@ func statsRows(s overlay.Stats) []statsRow {
 		{"writeback_cache", onOff[s.Writeback], "whether the kernel caches writes in its page cache and writes them back later (writeback=)"},
 		{"passthrough", onOff[s.Passthrough], "whether the kernel registers backing files for this mount (FUSE passthrough, passthrough=)"},
 		{"io_reason", s.IOReason, "why writes take the path they take"},
+		{"noopen", onOff[s.NoOpen], "whether the kernel opens regular files without asking goverlay (noopen=): then opens are not counted below"},
 		{"opens_passthrough", n(s.OpensPassthrough), "file opens the kernel reads and writes directly (FUSE passthrough)"},
 		{"opens_through_goverlay", n(s.OpensCached), "file opens whose reads and writes go through goverlay"},
 		{"lookups", n(s.Lookups), "name lookups the kernel asked goverlay for"},

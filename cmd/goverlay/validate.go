@@ -64,6 +64,13 @@ func validate(c *config) error {
 	if err := checkRequired(c); err != nil {
 		return err
 	}
+	if c.passthroughOn {
+		// Passthrough is granted in the reply to an OPEN.
+		if c.noOpenGiven && !c.OpenRequests {
+			return failf(exitUsage, "options passthrough=on and noopen=1 exclude each other: passthrough is set up when a file is opened, and with noopen=1 opens do not reach goverlay; drop one of them")
+		}
+		c.OpenRequests = true
+	}
 	if err := overlay.CheckKernel(kernelRelease()); err != nil {
 		return failf(exitFuse, "%w", err)
 	}

@@ -30,8 +30,9 @@ func reflinkLower(t testing.TB, l *testutil.Layer) {
 // TestWriteReflinkCopyUp: on a filesystem that shares extents (btrfs, XFS
 // with reflink), a copy-up clones the data: the upper file's extents are
 // the lower file's, flagged FIEMAP_EXTENT_SHARED. "opened" is only opened
-// for writing; "written" gets one byte at its start, so all but its first
-// extent stay shared. The kernel overlay, on the same filesystem, is the
+// for writing (goverlay with noopen=0, whose OPEN copies up, as the
+// kernel's does); "written" gets one byte at its start, so all but its
+// first extent stay shared. The kernel overlay, on the same filesystem, is the
 // control.
 func TestWriteReflinkCopyUp(t *testing.T) {
 	testutil.RequireRoot(t)
@@ -59,6 +60,9 @@ func TestWriteReflinkCopyUp(t *testing.T) {
 						t.Fatal(err)
 					}
 					st := newWStackIn(t, sc, base)
+					// "opened" is copied up at the open only
+					// where the open is a request.
+					st.opens = true
 					var mnt string
 					var unmount func()
 					if kernel {

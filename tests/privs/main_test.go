@@ -269,20 +269,29 @@ func mountPair(t testing.TB, goOpts string, build func(l *testutil.Layer)) pair 
 // nosecOn says whether goOpts ask for nosec=on.
 func nosecOn(goOpts string) bool { return strings.Contains(goOpts, "nosec=on") }
 
-// passthroughOn says whether goOpts leave passthrough on.
+// noOpen says whether goOpts leave files opening without a request
+// (noopen=1, the default; passthrough=on implies noopen=0).
+func noOpen(goOpts string) bool {
+	return !strings.Contains(goOpts, "noopen=0") && !strings.Contains(goOpts, "passthrough=on")
+}
+
+// passthroughOn says whether goOpts leave passthrough on: with OPEN
+// requests, where neither passthrough=off nor writeback=1 turns it off.
 func passthroughOn(goOpts string) bool {
-	return !strings.Contains(goOpts, "passthrough=off") && !writebackOn(goOpts)
+	return !noOpen(goOpts) && !strings.Contains(goOpts, "passthrough=off") && !strings.Contains(goOpts, "writeback=1")
 }
 
 // writebackOn says whether goOpts give the writeback cache: asked for, or
 // the default where passthrough is off.
 func writebackOn(goOpts string) bool {
 	return strings.Contains(goOpts, "writeback=1") ||
-		strings.Contains(goOpts, "passthrough=off") && !strings.Contains(goOpts, "writeback=0")
+		!passthroughOn(goOpts) && !strings.Contains(goOpts, "writeback=0")
 }
 
 // combos are the mount options of the matrix: {nosec on, off} × {the
-// write paths: passthrough, every write a request, the writeback cache}.
+// write paths: passthrough, every write a request, the writeback cache},
+// files opening without a request (the default) except with passthrough,
+// and the writeback cache with OPEN requests once.
 var combos = []string{
 	"nosec=on,passthrough=on",
 	"nosec=on,passthrough=off,writeback=0",
@@ -290,6 +299,7 @@ var combos = []string{
 	"nosec=off,passthrough=off,writeback=0",
 	"nosec=on,writeback=1",
 	"nosec=off,writeback=1",
+	"nosec=on,noopen=0,writeback=1",
 }
 
 // subtestName is goOpts as a subtest name: no "," or "=", which t.TempDir
@@ -310,6 +320,9 @@ func checkMountMode(t testing.TB, s testutil.Stats, goOpts string, rootless bool
 		// Passthrough is never granted: the writeback cache unless
 		// writeback=0.
 		wantWB, wantPT = !strings.Contains(goOpts, "writeback=0"), false
+	}
+	if s.NoOpen != noOpen(goOpts) {
+		t.Errorf("-o %s: goverlay stats says noopen %v", goOpts, s.NoOpen)
 	}
 	if s.Writeback != wantWB || s.Passthrough != wantPT {
 		t.Errorf("-o %s: goverlay stats says writeback cache %v, passthrough %v (%s)", goOpts, s.Writeback, s.Passthrough, s.IOReason)

@@ -55,16 +55,18 @@ var allTargets = []*targetDef{
 	{name: "native", kind: kindNative, desc: "the upper directory itself, no overlay (holds a copy of the lower)"},
 	{name: "kernel", kind: kindKernel, desc: "kernel overlayfs (mount -t overlay)"},
 	{name: "fuse-overlayfs", kind: kindFuseOverlayfs, desc: "fuse-overlayfs, when installed"},
-	{name: "goverlay", kind: kindGoverlay, desc: "goverlay, nosec=inherit, passthrough on (the defaults)"},
+	{name: "goverlay", kind: kindGoverlay, desc: "goverlay with its defaults: nosec=inherit, noopen=1 (files open without a request; writes take the writeback cache)"},
+	{name: "goverlay-opens", kind: kindGoverlay, opts: []string{"noopen=0"}, desc: "goverlay -o noopen=0: every open a request, passthrough where the kernel grants it"},
 	{name: "goverlay-nosec-off", kind: kindGoverlay, opts: []string{"nosec=off"}, desc: "goverlay -o nosec=off"},
-	{name: "goverlay-nopassthrough", kind: kindGoverlay, opts: []string{"passthrough=off"}, desc: "goverlay -o passthrough=off (the writeback cache instead)"},
-	{name: "goverlay-writeback", kind: kindGoverlay, opts: []string{"writeback=1"}, desc: "goverlay -o writeback=1: the writeback cache, not passthrough"},
+	{name: "goverlay-nopassthrough", kind: kindGoverlay, opts: []string{"noopen=0", "passthrough=off"}, desc: "goverlay -o noopen=0,passthrough=off: every open a request, the writeback cache instead of passthrough"},
+	{name: "goverlay-writeback", kind: kindGoverlay, opts: []string{"noopen=0", "writeback=1"}, desc: "goverlay -o noopen=0,writeback=1: every open a request, the writeback cache, not passthrough"},
 	{name: "goverlay-writethrough", kind: kindGoverlay, opts: []string{"passthrough=off", "writeback=0"}, desc: "goverlay -o passthrough=off,writeback=0: every write a request"},
 	{name: "kernel-rootless", kind: kindKernel, rootless: true, desc: "kernel overlayfs -o userxattr, mounted by an unprivileged user in its own user namespace"},
 	{name: "fuse-overlayfs-rootless", kind: kindFuseOverlayfs, rootless: true, desc: "fuse-overlayfs, mounted by an unprivileged user in its own user namespace"},
-	{name: "goverlay-rootless", kind: kindGoverlay, rootless: true, desc: "goverlay -o userxattr, mounted by an unprivileged user in its own user namespace (the defaults: the writeback cache)"},
+	{name: "goverlay-rootless", kind: kindGoverlay, rootless: true, desc: "goverlay -o userxattr, mounted by an unprivileged user in its own user namespace (the defaults: noopen=1, the writeback cache)"},
+	{name: "goverlay-opens-rootless", kind: kindGoverlay, rootless: true, opts: []string{"noopen=0"}, desc: "goverlay -o userxattr,noopen=0 rootless: every open a request"},
 	{name: "goverlay-rootless-writethrough", kind: kindGoverlay, rootless: true, opts: []string{"writeback=0"}, desc: "goverlay -o userxattr,writeback=0 rootless: every write a request"},
-	{name: "goverlay-nosec-off-nopassthrough", kind: kindGoverlay, opts: []string{"nosec=off", "passthrough=off"}, desc: "goverlay -o nosec=off,passthrough=off"},
+	{name: "goverlay-nosec-off-nopassthrough", kind: kindGoverlay, opts: []string{"nosec=off", "noopen=0", "passthrough=off"}, desc: "goverlay -o nosec=off,noopen=0,passthrough=off"},
 }
 
 func findTarget(name string) *targetDef {

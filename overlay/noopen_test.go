@@ -1,0 +1,135 @@
+package overlay
+
+import (
+	stdlog "log"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestNoOpen: with files opening without a request (the default), one OPEN
+// reaches the daemon and no RELEASE; an open for writing copies nothing up
+// and the first write does, with the data; a reader opened before that
+// copy-up reads the written data; an open(O_TRUNC) empties the upper copy;
+// an upper file unlinked while open is read to the end through its
+// descriptor and leaves nothing in the workdir after the last close; and
+// created files leave no fd open in the daemon.
+func TestNoOpen(t *testing.T) {
+	lo := t.TempDir()
+	write(t, lo+"/a", "lower a")
+	write(t, lo+"/b", "lower b")
+	var log syncBuffer
+	up, work := t.TempDir(), t.TempDir()
+	mnt, f := mountFS(t, Options{Lower: []string{lo}, Upper: up, Work: work, NoSec: NoSecOn, Debug: true, Logger: stdlog.New(&log, "", 0)})
+	if !f.io.noOpen || !f.Stats().NoOpen {
+		t.Fatalf("noOpen %v (%s): the default must be on", f.io.noOpen, f.io.why)
+	}
+
+	reader, err := os.Open(mnt + "/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	rw, err := os.OpenFile(mnt+"/a", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(up + "/a"); !os.IsNotExist(err) {
+		t.Errorf("an open for writing copied a up: %v", err)
+	}
+	if _, err := rw.WriteAt([]byte("UPPER"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.Close(); err != nil { // writes the page back
+		t.Fatal(err)
+	}
+	if got := readFile(t, up+"/a"); got != "UPPER a" {
+		t.Errorf("upper a after the write: %q", got)
+	}
+	buf := make([]byte, 16)
+	if n, err := reader.ReadAt(buf, 0); string(buf[:n]) != "UPPER a" {
+		t.Errorf("reader opened before the copy-up: %q, %v", buf[:n], err)
+	}
+
+	if err := os.WriteFile(mnt+"/b", []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, up+"/b"); got != "new" {
+		t.Errorf("upper b after open(O_TRUNC) and a write: %q", got)
+	}
+
+	write(t, mnt+"/gone", "still readable")
+	g, err := os.Open(mnt + "/gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(mnt + "/gone"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := g.ReadAt(buf, 0); string(buf[:n]) != "still readable" {
+		t.Errorf("unlinked open file: %q, %v", buf[:n], err)
+	}
+	g.Close()
+	// The kernel forgets the inode after the close returns.
+	var left []string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if left = names(t, work+"/work"); len(left) == 0 {
+			break
+		}
+	}
+	if len(left) != 0 {
+		t.Errorf("workdir/work holds %v after the last close of the unlinked file", left)
+	}
+
+	fds := openFDs(t)
+	for i := range 50 {
+		write(t, mnt+"/new"+strings.Repeat("x", i%7)+string(rune('a'+i%26))+string(rune('a'+i/26)), "c")
+	}
+	if grown := openFDs(t) - fds; grown > 10 {
+		t.Errorf("the daemon holds %d fds more after 50 files were created and closed", grown)
+	}
+
+	lines := log.String()
+	// go-fuse's own poll probe at mount (node ^0) is not ours.
+	if opens := grepLines(lines, ": OPEN ", "OPEN n18446744073709551615 "); strings.Count(opens, "\n") > 0 {
+		t.Errorf("OPEN requests after the first was answered ENOSYS:\n%s", opens)
+	}
+	if fl := grepLines(lines, ": RELEASE ", "RELEASE n18446744073709551615 "); fl != "" {
+		t.Errorf("RELEASE requests sent:\n%s", fl)
+	}
+}
+
+// openFDs counts this process's open fds (the daemon's, in-process here).
+func openFDs(t *testing.T) int {
+	t.Helper()
+	es, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(es)
+}
+
+// TestNoOpenTruncatingOpen: an open(O_TRUNC) of a lower file by a caller
+// without CAP_FSETID, without a write, copies the file up empty (the
+// kernel sends it as a SETATTR of size 0, since atomic O_TRUNC is not
+// negotiated) and clears its suid bit, as the kernel overlay does.
+func TestNoOpenTruncatingOpen(t *testing.T) {
+	lo := openDir(t)
+	write(t, lo+"/s", "set-id")
+	if err := os.Chmod(lo+"/s", 0o4777); err != nil {
+		t.Fatal(err)
+	}
+	up, work := openDir(t), openDir(t)
+	mnt, _ := mountFS(t, Options{Lower: []string{lo}, Upper: up, Work: work, NoSec: NoSecOn, AllowOther: true})
+	run(t, asNobody, ": > "+mnt+"/s")
+	var st unix.Stat_t
+	if err := unix.Stat(up+"/s", &st); err != nil {
+		t.Fatalf("not copied up: %v", err)
+	}
+	if st.Size != 0 || st.Mode&07777 != 0o777 {
+		t.Errorf("upper s: size %d mode %o, want 0 and 777", st.Size, st.Mode&07777)
+	}
+}
