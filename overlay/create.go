@@ -169,8 +169,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if n.ofs.io.noOpen {
 		// The kernel would send no RELEASE for a handle once it
 		// opens files by itself (fuse_file_put()): the file's I/O
-		// goes through the node (noopen.go).
-		unix.Close(fd)
+		// goes through the node (noopen.go), which keeps fd.
+		child.Operations().(*node).keepCreated(fd, flags)
 		return child, nil, handleOpenFlags, 0
 	}
 	return child, newHandle(child.Operations().(*node), fd, true, true), handleOpenFlags, 0

@@ -124,6 +124,9 @@ type FS struct {
 	statsL net.Listener
 	// upperFiles maps upper files to their nodes (links.go).
 	upperFiles upperFiles
+	// fds bounds the open files nodes keep for requests on files
+	// opened without a request (noopen.go).
+	fds fdRing
 	// keptIDs maps the upper instance of a directory this mount moved
 	// with a redirect to the identity the kernel knows it by
 	// (keepIdentity). An entry goes when its directory is removed

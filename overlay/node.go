@@ -87,6 +87,9 @@ type node struct {
 	// data is where a metacopy file's data is (metacopy.go); nil for
 	// any other node. The node owns it.
 	data *lower.DataFile
+	// fd is the open file that requests on a file opened without a
+	// request share (noopen.go).
+	fd *nodeFD
 }
 
 func (f *FS) newRoot() *node {
@@ -180,8 +183,15 @@ func (n *node) OnForget() {
 	}
 	if !n.isDir() && n.ofs.io.noOpen {
 		// The last close of a file opened without a request
-		// (noopen.go): an orphan goes now.
+		// (noopen.go): an orphan goes now, and the shared fd.
 		n.dropTempLocked()
+		if c := n.fd; c != nil {
+			n.fd = nil
+			c.stale = true
+			if c.users == 0 {
+				unix.Close(c.fd)
+			}
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"context"
+	"sync"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -22,9 +23,9 @@ import (
 // What does reach the daemon are the requests on the data, with file
 // handle 0: READ, WRITE, FSYNC, FALLOCATE, LSEEK, and FLUSH (answered
 // ENOSYS once, after which the kernel sends none). The node serves them
-// (Read, Write, ...): each opens the file where it is at that moment
-// (requestHandle), does the one operation through a handle of its own
-// and closes it. Where a handle did come with the request, which CREATE
+// (Read, Write, ...) through an open file of the node that the requests
+// share (nodeFD), opened where the file is when none fits: a copy-up, or
+// a write to a file open for reading only, opens another. Where a handle did come with the request, which CREATE
 // and TMPFILE still return (fuse_create_open()), the handle serves it as
 // with noopen=0.
 //
@@ -37,7 +38,8 @@ import (
 //     FATTR_KILL_SUIDGID for a caller without CAP_FSETID, and copies up
 //     without data as before. An open for writing that writes nothing
 //     leaves the file in its lower layer.
-//   - Reads follow a copy-up at once: each opens the file where it is.
+//   - Reads follow a copy-up at once: the nodeFD of the lower file no
+//     longer fits.
 //   - A file whose last name is removed: the daemon cannot tell whether
 //     it is open, so it takes every file the kernel still holds (go-fuse:
 //     the node is not forgotten) for open (node.held): an upper file is
@@ -50,10 +52,51 @@ import (
 //     did (default_permissions); the daemon opens the layer's file as
 //     itself, as OPEN did.
 
-// requestHandle opens n's file for one request on a file the kernel
-// opened without a request: for reading its data (a metacopy file's data
-// file), or for writing, after copying it up.
-func (n *node) requestHandle(ctx context.Context, write bool) (*handle, error) {
+// nodeFD is an open file of a node that the requests on a file opened
+// without a request share (noopen.go), from one request to the next: the
+// kernel's readahead state lives in the open file (struct file's f_ra), so
+// a file opened anew for each READ of a sequential reader would read
+// ahead as for a random one, and each request would pay an open.
+type nodeFD struct {
+	fd    int
+	upper bool // the upper file's; else the lower file's or a metacopy file's data
+	rw    bool
+	// users counts the requests using fd; stale marks it replaced,
+	// evicted or forgotten: the last user closes it.
+	users int
+	stale bool
+}
+
+// fdRing bounds the nodeFDs of a mount: a new one takes the oldest one's
+// place, which is closed once unused.
+type fdRing struct {
+	mu    sync.Mutex
+	nodes []*node
+	next  int
+}
+
+// maxNodeFDs is the size of a mount's fdRing.
+const maxNodeFDs = 1024
+
+// add records that n now has a nodeFD and returns the node whose nodeFD
+// it replaces in the ring, if any.
+func (r *fdRing) add(n *node) *node {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.nodes == nil {
+		r.nodes = make([]*node, maxNodeFDs)
+	}
+	old := r.nodes[r.next]
+	r.nodes[r.next] = n
+	r.next = (r.next + 1) % len(r.nodes)
+	return old
+}
+
+// dataFD returns n's nodeFD for a request on a file opened without a
+// request, opening the file where it is now when n has none that fits: for
+// reading its data (a metacopy file's data file), or for writing, after a
+// copy-up. The caller gives it back with putFD.
+func (n *node) dataFD(ctx context.Context, write bool) (*nodeFD, error) {
 	if write {
 		if err := n.copyUp(ctx, copyData); err != nil {
 			return nil, err
@@ -65,6 +108,15 @@ func (n *node) requestHandle(ctx context.Context, write bool) (*handle, error) {
 		return nil, syscall.ENOENT
 	}
 	par, name := n.location()
+	data := n.metacopyData()
+	upper := par.Layer.Upper && data == nil
+	n.mu.Lock()
+	if c := n.fd; c != nil && !c.stale && c.upper == upper && (c.rw || !write) {
+		c.users++
+		n.mu.Unlock()
+		return c, nil
+	}
+	n.mu.Unlock()
 	flags := unix.O_RDONLY
 	if write {
 		flags = unix.O_RDWR
@@ -73,8 +125,7 @@ func (n *node) requestHandle(ctx context.Context, write bool) (*handle, error) {
 		fd  int
 		err error
 	)
-	data := n.metacopyData()
-	if data != nil && !write {
+	if data != nil {
 		fd, err = data.Open(flags)
 	} else {
 		fd, err = par.Open(name, flags)
@@ -82,15 +133,72 @@ func (n *node) requestHandle(ctx context.Context, write bool) (*handle, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &handle{n: n, fd: fd, upper: par.Layer.Upper && (data == nil || write), stale: -1}, nil
+	c := &nodeFD{fd: fd, upper: upper, rw: write, users: 1}
+	n.keepFD(c)
+	return c, nil
 }
 
-// close closes a handle of requestHandle.
-func (h *handle) close() {
-	unix.Close(h.fd)
-	if h.stale >= 0 {
-		unix.Close(h.stale)
+// keepFD makes c, a new open file of n with its users counted, n's
+// nodeFD, in place of the one n had, which is closed once unused, and of
+// the oldest of the mount's (fdRing).
+func (n *node) keepFD(c *nodeFD) {
+	if old := n.ofs.fds.add(n); old != nil {
+		old.dropFD()
 	}
+	n.mu.Lock()
+	old := n.fd
+	n.fd = c
+	n.mu.Unlock()
+	if old != nil {
+		n.putFD(old, true)
+	}
+}
+
+// putFD gives back c, from dataFD; with drop, c is to be closed once
+// unused.
+func (n *node) putFD(c *nodeFD, drop bool) {
+	n.mu.Lock()
+	if drop {
+		c.stale = true
+	} else {
+		c.users--
+	}
+	done := c.stale && c.users == 0
+	n.mu.Unlock()
+	if done {
+		unix.Close(c.fd)
+	}
+}
+
+// dropFD closes n's nodeFD once unused (the kernel forgot n, or the
+// fdRing needs its place).
+func (n *node) dropFD() {
+	n.mu.Lock()
+	c := n.fd
+	n.fd = nil
+	n.mu.Unlock()
+	if c != nil {
+		n.putFD(c, true)
+	}
+}
+
+// keepCreated makes fd, the new upper file n was created as with the
+// open flags flags, n's nodeFD, for the writes that follow; an fd opened
+// with O_DIRECT or O_SYNC is closed instead, as other opens of the file
+// need neither.
+func (n *node) keepCreated(fd int, flags uint32) {
+	if int(flags)&(unix.O_DIRECT|unix.O_SYNC|unix.O_DSYNC) != 0 {
+		unix.Close(fd)
+		return
+	}
+	rw := backingFlags(flags)&unix.O_ACCMODE == unix.O_RDWR
+	n.keepFD(&nodeFD{fd: fd, upper: true, rw: rw})
+}
+
+// handleOf wraps c for one request as a handle, whose methods do the
+// work (c's fd is an upper file's for a write).
+func (n *node) handleOf(c *nodeFD) *handle {
+	return &handle{n: n, fd: c.fd, upper: c.upper, stale: -1}
 }
 
 var (
@@ -109,12 +217,12 @@ func (n *node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64
 	if h, ok := f.(*handle); ok {
 		return h.Read(ctx, dest, off)
 	}
-	h, err := n.requestHandle(ctx, false)
+	c, err := n.dataFD(ctx, false)
 	if err != nil {
 		return nil, errno(err)
 	}
-	defer h.close()
-	k, err := unix.Pread(h.fd, dest, off)
+	defer n.putFD(c, false)
+	k, err := unix.Pread(c.fd, dest, off)
 	if err != nil {
 		return nil, errno(err)
 	}
@@ -127,12 +235,12 @@ func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int6
 	if h, ok := f.(*handle); ok {
 		return h.Write(ctx, data, off)
 	}
-	h, err := n.requestHandle(ctx, true)
+	c, err := n.dataFD(ctx, true)
 	if err != nil {
 		return 0, errno(err)
 	}
-	defer h.close()
-	return h.Write(ctx, data, off)
+	defer n.putFD(c, false)
+	return n.handleOf(c).Write(ctx, data, off)
 }
 
 // Writev is Write of several buffers.
@@ -140,12 +248,12 @@ func (n *node) Writev(ctx context.Context, f fs.FileHandle, data [][]byte, off i
 	if h, ok := f.(*handle); ok {
 		return h.Writev(ctx, data, off)
 	}
-	h, err := n.requestHandle(ctx, true)
+	c, err := n.dataFD(ctx, true)
 	if err != nil {
 		return 0, errno(err)
 	}
-	defer h.close()
-	return h.Writev(ctx, data, off)
+	defer n.putFD(c, false)
+	return n.handleOf(c).Writev(ctx, data, off)
 }
 
 // Fsync syncs the file. One still in its lower layer was never written
@@ -183,12 +291,12 @@ func (n *node) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size u
 	if h, ok := f.(*handle); ok {
 		return h.Allocate(ctx, off, size, mode)
 	}
-	h, err := n.requestHandle(ctx, true)
+	c, err := n.dataFD(ctx, true)
 	if err != nil {
 		return errno(err)
 	}
-	defer h.close()
-	return h.Allocate(ctx, off, size, mode)
+	defer n.putFD(c, false)
+	return n.handleOf(c).Allocate(ctx, off, size, mode)
 }
 
 // Lseek answers SEEK_DATA and SEEK_HOLE from the file's data.
@@ -196,12 +304,13 @@ func (n *node) Lseek(ctx context.Context, f fs.FileHandle, off uint64, whence ui
 	if h, ok := f.(*handle); ok {
 		return h.Lseek(ctx, off, whence)
 	}
-	h, err := n.requestHandle(ctx, false)
+	c, err := n.dataFD(ctx, false)
 	if err != nil {
 		return 0, errno(err)
 	}
-	defer h.close()
-	return h.Lseek(ctx, off, whence)
+	defer n.putFD(c, false)
+	r, err := unix.Seek(c.fd, int64(off), int(whence))
+	return uint64(r), errno(err)
 }
 
 // heldLocked reports whether n may be open: it has open handles, or, on

@@ -16,7 +16,8 @@ import (
 // copy-up reads the written data; an open(O_TRUNC) empties the upper copy;
 // an upper file unlinked while open is read to the end through its
 // descriptor and leaves nothing in the workdir after the last close; and
-// created files leave no fd open in the daemon.
+// created files leave no fd open in the daemon once the kernel forgets
+// them.
 func TestNoOpen(t *testing.T) {
 	lo := t.TempDir()
 	write(t, lo+"/a", "lower a")
@@ -88,8 +89,19 @@ func TestNoOpen(t *testing.T) {
 	for i := range 50 {
 		write(t, mnt+"/new"+strings.Repeat("x", i%7)+string(rune('a'+i%26))+string(rune('a'+i/26)), "c")
 	}
-	if grown := openFDs(t) - fds; grown > 10 {
-		t.Errorf("the daemon holds %d fds more after 50 files were created and closed", grown)
+	// The node keeps each new file's fd for the writes that follow, until
+	// the kernel forgets the inode: drop the kernel's inodes.
+	grown := 0
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if grown = openFDs(t) - fds; grown <= 10 {
+			break
+		}
+	}
+	if grown > 10 {
+		t.Errorf("the daemon holds %d fds more after 50 files were created and closed, and their inodes dropped", grown)
 	}
 
 	lines := log.String()

@@ -54,8 +54,8 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	if n.ofs.io.noOpen {
 		// The kernel would send no RELEASE for a handle once it
 		// opens files by itself (fuse_file_put()): the file's I/O
-		// goes through the node (noopen.go).
-		unix.Close(fd)
+		// goes through the node (noopen.go), which keeps fd.
+		c.keepCreated(fd, flags)
 		return child, nil, handleOpenFlags, 0
 	}
 	return child, newHandle(c, fd, true, true), handleOpenFlags, 0
