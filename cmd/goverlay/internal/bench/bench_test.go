@@ -930,3 +930,16 @@ func mustRun(t *testing.T, c Config, table *bytes.Buffer) *Report {
 	t.Logf("table:\n%s", table.String())
 	return rep
 }
+
+// TestRotated: each round's target order starts one further.
+func TestRotated(t *testing.T) {
+	ts := []string{"a", "b", "c"}
+	for k, want := range []string{"abc", "bca", "cab", "abc"} {
+		if got := strings.Join(rotated(ts, k), ""); got != want {
+			t.Errorf("rotated by %d: %s, want %s", k, got, want)
+		}
+	}
+	if strings.Join(ts, "") != "abc" {
+		t.Errorf("rotated changed its argument: %v", ts)
+	}
+}

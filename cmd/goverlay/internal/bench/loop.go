@@ -203,6 +203,15 @@ func (b *bencher) loop() {
 	}
 }
 
+// rotated is ts starting at its k-th element (modulo its length).
+func rotated[T any](ts []T, k int) []T {
+	if len(ts) == 0 {
+		return ts
+	}
+	k %= len(ts)
+	return append(append([]T(nil), ts[k:]...), ts[:k]...)
+}
+
 func (b *bencher) round(round int) {
 	var cl cleanups
 	defer func() {
@@ -234,8 +243,14 @@ func (b *bencher) round(round int) {
 		inst.state = ts
 		live = append(live, inst)
 	}
+	// Each round starts with the next target: whatever a workload leaves
+	// on the shared scratch filesystem for the one after it (ext4's
+	// inode allocator, for one, searches past the inodes that the
+	// previous target's rm or cleanup freed, recently_deleted()) falls on
+	// every target in turn, not always on the same one.
+	order := rotated(b.targets, round-1)
 	for _, w := range b.workloads {
-		for _, ts := range b.targets {
+		for _, ts := range order {
 			if b.ctx.Err() != nil {
 				return
 			}
