@@ -75,8 +75,17 @@ type fdRing struct {
 	next  int
 }
 
-// maxNodeFDs is the size of a mount's fdRing.
-const maxNodeFDs = 1024
+// ringSize is the size of a mount's fdRing: 1,024, or an eighth of what
+// the process may open (RLIMIT_NOFILE) where that is less; the layers'
+// directory fds take up to a quarter (lower/fdcache.go).
+func ringSize() int {
+	n := 1024
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && rl.Cur > 0 {
+		n = int(min(max(rl.Cur/8, 16), uint64(n)))
+	}
+	return n
+}
 
 // add records that n now has a nodeFD and returns the node whose nodeFD
 // it replaces in the ring, if any.
@@ -84,7 +93,7 @@ func (r *fdRing) add(n *node) *node {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.nodes == nil {
-		r.nodes = make([]*node, maxNodeFDs)
+		r.nodes = make([]*node, ringSize())
 	}
 	old := r.nodes[r.next]
 	r.nodes[r.next] = n

@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"fmt"
 	stdlog "log"
 	"os"
 	"strings"
@@ -143,5 +144,52 @@ func TestNoOpenTruncatingOpen(t *testing.T) {
 	}
 	if st.Size != 0 || st.Mode&07777 != 0o777 {
 		t.Errorf("upper s: size %d mode %o, want 0 and 777", st.Size, st.Mode&07777)
+	}
+}
+
+// TestNoOpenRing: with room for two shared fds in the mount, readers of
+// ten files in turn, and a writer among them, each get their own file's
+// data while the fds are replaced under them, and the daemon's fds stay
+// bounded.
+func TestNoOpenRing(t *testing.T) {
+	lo := t.TempDir()
+	want := map[int]string{}
+	for i := range 10 {
+		want[i] = strings.Repeat(string(rune('a'+i)), 300<<10)
+		write(t, fmt.Sprintf("%s/f%d", lo, i), want[i])
+	}
+	mnt, f := mountFS(t, Options{Lower: []string{lo}, Upper: t.TempDir(), Work: t.TempDir()})
+	f.fds.nodes = make([]*node, 2)
+	fds := openFDs(t)
+	files := make([]*os.File, 10)
+	for i := range files {
+		var err error
+		if files[i], err = os.OpenFile(fmt.Sprintf("%s/f%d", mnt, i), os.O_RDWR, 0); err != nil {
+			t.Fatal(err)
+		}
+		defer files[i].Close()
+	}
+	if _, err := files[3].WriteAt([]byte("written"), 100<<10); err != nil {
+		t.Fatal(err)
+	}
+	want[3] = want[3][:100<<10] + "written" + want[3][100<<10+7:]
+	if err := files[3].Sync(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64<<10)
+	for off := int64(0); off < 300<<10; off += int64(len(buf)) {
+		for i, fl := range files {
+			n, err := fl.ReadAt(buf, off)
+			if err != nil && n == 0 {
+				t.Fatalf("f%d at %d: %v", i, off, err)
+			}
+			if got, w := string(buf[:n]), want[i][off:off+int64(n)]; got != w {
+				t.Fatalf("f%d at %d: read %q..., want %q...", i, off, got[:8], w[:8])
+			}
+		}
+	}
+	// This process holds the ten files open, and is the daemon too.
+	if grown := openFDs(t) - fds - len(files); grown > 4 {
+		t.Errorf("the daemon holds %d fds more with room for 2 shared ones", grown)
 	}
 }
