@@ -41,7 +41,8 @@
 //  4. node.mu guards the fields a copy-up or rename changes: chain,
 //     redirect, links, key, unlinked, tmp, orphan, orphanLower, data (a
 //     metacopy file's, which its data copy-in drops under locMu held for
-//     writing, as a copy-up switches links) and the open-handle counts.
+//     writing, as a copy-up switches links), the open-handle counts and
+//     the shared fd of a file opened without a request (fd, noopen.go).
 //     Functions named ...Locked need it held (their "Preconditions:" line
 //     says so).
 //  5. dirHandle.mu guards an open directory's listing and position; nothing
@@ -56,9 +57,9 @@
 //     lsMu, and the fd cache only ever TryLocks a Dir's mu under its own,
 //     so it never waits for one.
 //
-// The inode-number map's lock (ino.go) and the idle directory streams'
-// lock (dirStreams.mu, diropen.go) are leaves: nothing is taken under
-// them. The tables that need no lock of ours (upperFiles, keptIDs, raw's
+// The inode-number map's lock (ino.go), the idle directory streams'
+// lock (dirStreams.mu, diropen.go) and the ring of shared fds (fdRing.mu,
+// noopen.go) are leaves: nothing is taken under them. The tables that need no lock of ours (upperFiles, keptIDs, raw's
 // request marks) are sync.Maps.
 //
 // Calls into go-fuse's inode tree (GetChild, Parent, NewInode) may be made

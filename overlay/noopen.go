@@ -25,9 +25,10 @@ import (
 // ENOSYS once, after which the kernel sends none). The node serves them
 // (Read, Write, ...) through an open file of the node that the requests
 // share (nodeFD), opened where the file is when none fits: a copy-up, or
-// a write to a file open for reading only, opens another. Where a handle did come with the request, which CREATE
-// and TMPFILE still return (fuse_create_open()), the handle serves it as
-// with noopen=0.
+// a write to a file open for reading only, opens another. CREATE and
+// TMPFILE still arrive (fuse_create_open()); their replies carry no
+// handle, since the kernel would send no RELEASE for it, and the new
+// file's fd becomes its nodeFD (keepCreated).
 //
 // What differs from noopen=0, where OPEN copies up a lower file opened
 // for writing (the kernel overlay's ovl_open()):
@@ -42,7 +43,7 @@ import (
 //     longer fits.
 //   - A file whose last name is removed: the daemon cannot tell whether
 //     it is open, so it takes every file the kernel still holds (go-fuse:
-//     the node is not forgotten) for open (node.held): an upper file is
+//     the node is not forgotten) for open (heldLocked): an upper file is
 //     kept in the workdir and a lower one stays a lower orphan
 //     (orphan.go) until the kernel forgets the inode (OnForget), which it
 //     does at the last close of an unlinked file.
@@ -53,7 +54,7 @@ import (
 //     itself, as OPEN did.
 
 // nodeFD is an open file of a node that the requests on a file opened
-// without a request share (noopen.go), from one request to the next: the
+// without a request share, from one request to the next: the
 // kernel's readahead state lives in the open file (struct file's f_ra), so
 // a file opened anew for each READ of a sequential reader would read
 // ahead as for a random one, and each request would pay an open.
@@ -221,7 +222,8 @@ var (
 
 // Read reads at off through f, or for a file opened without a request,
 // from the file where it is now. The data is read here, not after the
-// return (fuse.ReadResultFd), since the fd is closed at the return.
+// return (fuse.ReadResultFd): once given back, the shared fd may be
+// closed (fdRing, OnForget).
 func (n *node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	if h, ok := f.(*handle); ok {
 		return h.Read(ctx, dest, off)
