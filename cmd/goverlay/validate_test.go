@@ -352,3 +352,31 @@ func TestCheckOverlap(t *testing.T) {
 		t.Errorf("upperdir and workdir inside the lowerdir: %v", err)
 	}
 }
+
+// TestNoOpenAndPassthrough: passthrough=on asks for OPEN requests
+// (noopen=0), and refuses an explicit noopen=1 with a usage error.
+func TestNoOpenAndPassthrough(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse")
+	}
+	l := newLayout(t)
+	c := l.config()
+	if err := newOptState(c).parse("passthrough=on"); err != nil {
+		t.Fatal(err)
+	}
+	if err := validate(c); err != nil || !c.OpenRequests {
+		t.Errorf("passthrough=on: OpenRequests %v, %v", c.OpenRequests, err)
+	}
+	c = l.config()
+	if err := newOptState(c).parse("passthrough=on,noopen=1"); err != nil {
+		t.Fatal(err)
+	}
+	wantFail(t, validate(c), exitUsage, "options passthrough=on and noopen=1 exclude each other: passthrough is set up when a file is opened, and with noopen=1 opens do not reach goverlay; drop one of them")
+	c = l.config()
+	if err := newOptState(c).parse("noopen=0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := validate(c); err != nil || !c.OpenRequests {
+		t.Errorf("noopen=0: OpenRequests %v, %v", c.OpenRequests, err)
+	}
+}
