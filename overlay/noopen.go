@@ -291,10 +291,7 @@ func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall
 		return errno(err)
 	}
 	defer unix.Close(fd)
-	if flags&1 != 0 {
-		return errno(unix.Fdatasync(fd))
-	}
-	return errno(unix.Fsync(fd))
+	return n.handleOf(&nodeFD{fd: fd, upper: true}).Fsync(ctx, flags)
 }
 
 // Allocate is fallocate(2), on the upper file.

@@ -76,13 +76,7 @@ func TestNoOpen(t *testing.T) {
 	}
 	g.Close()
 	// The kernel forgets the inode after the close returns.
-	var left []string
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if left = names(t, work+"/work"); len(left) == 0 {
-			break
-		}
-	}
-	if len(left) != 0 {
+	if left := waitWorkEmpty(t, work); len(left) != 0 {
 		t.Errorf("workdir/work holds %v after the last close of the unlinked file", left)
 	}
 

@@ -428,17 +428,24 @@ func TestTmpfile(t *testing.T) {
 	}
 	unix.Write(fd, []byte("gone"))
 	unix.Close(fd)
-	// The kernel sends RELEASE after close returns: wait for its effect,
-	// within a bound.
+	// The kernel sends RELEASE, or FORGET, after close returns: wait for
+	// its effect, within a bound.
+	if got := waitWorkEmpty(t, work); len(got) != 0 {
+		t.Errorf("workdir/work holds %v after the tmpfiles are linked or closed", got)
+	}
+}
+
+// waitWorkEmpty waits up to 5 s for workdir/work under work to be empty,
+// and returns what it still holds.
+func waitWorkEmpty(t *testing.T, work string) []string {
+	t.Helper()
 	var got []string
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if got = names(t, work+"/work"); len(got) == 0 {
 			break
 		}
 	}
-	if len(got) != 0 {
-		t.Errorf("workdir/work holds %v after the tmpfiles are linked or closed", got)
-	}
+	return got
 }
 
 // TestCreateOwnerAndMode: files an unprivileged caller creates belong to

@@ -3,6 +3,7 @@ package testutil
 import (
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 )
@@ -26,21 +27,7 @@ func TestDetachCopyInUserNamespace(t *testing.T) {
 	}
 	lower := NewLayer(t, t.TempDir()).File("f", "x", 0o644).Root
 	m := Mount(t, Options{Lower: []string{lower}})
-	holder := exec.Command("unshare", "-Urm", "sleep", "60")
-	if err := holder.Start(); err != nil {
-		t.Skipf("unshare -Urm: %v", err)
-	}
-	defer func() {
-		holder.Process.Kill()
-		holder.Wait()
-	}()
-	time.Sleep(200 * time.Millisecond) // the namespace exists once unshare has run
-	if err := runUmount(m.Dir); err != nil {
-		t.Fatal(err)
-	}
-	if !m.detachCopies(t) {
-		t.Fatal("found no copy of the mount in the holder's namespace")
-	}
+	unmountHeld(t, m, "-Urm")
 	if !m.proc.Wait(DaemonExitTimeout) {
 		t.Errorf("the daemon did not exit once its connection was aborted (the copy still exists)")
 	}
@@ -73,14 +60,24 @@ func TestDetachCopyOfAdoptedMount(t *testing.T) {
 		t.Fatalf("goverlay: %v\n%s", err, out)
 	}
 	m := Adopt(t, mnt)
-	holder := exec.Command("unshare", "-m", "--propagation", "private", "sleep", "60")
+	unmountHeld(t, m, "-m", "--propagation", "private")
+	m.WaitDaemon(t)
+}
+
+// unmountHeld starts a process in a new mount namespace (unshare with
+// args), which holds a copy of m, then unmounts m and asserts that
+// detachCopies found and detached that copy. The holder is killed when
+// the test ends.
+func unmountHeld(t *testing.T, m *Mounted, args ...string) {
+	t.Helper()
+	holder := exec.Command("unshare", append(args, "sleep", "60")...)
 	if err := holder.Start(); err != nil {
-		t.Skipf("unshare -m: %v", err)
+		t.Skipf("unshare %s: %v", strings.Join(args, " "), err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		holder.Process.Kill()
 		holder.Wait()
-	}()
+	})
 	time.Sleep(200 * time.Millisecond) // the namespace exists once unshare has run
 	if err := runUmount(m.Dir); err != nil {
 		t.Fatal(err)
@@ -88,5 +85,4 @@ func TestDetachCopyOfAdoptedMount(t *testing.T) {
 	if !m.detachCopies(t) {
 		t.Fatal("found no copy of the mount in the holder's namespace")
 	}
-	m.WaitDaemon(t)
 }
