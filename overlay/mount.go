@@ -241,6 +241,12 @@ func (f *FS) Close() {
 		f.statsL.Close()
 	}
 	if f.upper != nil {
+		// Files opened without a request are removed from the
+		// workdir at their FORGET, which the kernel does not send
+		// for the inodes it still holds at an unmount (noopen.go).
+		if err := f.upper.Clean(); err != nil {
+			f.log.Printf("cannot empty the workdir at unmount: %v", err)
+		}
 		f.upper.Close()
 	}
 	for _, l := range f.layers {

@@ -131,7 +131,7 @@ func OpenAt(u *lower.Layer, wfd int, workPath string, o Options) (*Layer, error)
 	// A Dir of its own, kept open: every operation passes through it.
 	work := lower.NewDir(u, wfd2)
 	l := &Layer{Layer: u, Work: work, workdir: workdir, wfd: wfd2, opts: o}
-	if err := l.clean(); err != nil {
+	if err := l.Clean(); err != nil {
 		work.Close()
 		return nil, fmt.Errorf("clean %s/%s: %w", workPath, workName, err)
 	}
@@ -192,10 +192,11 @@ func (l *Layer) tmpName() string {
 	return "#" + strconv.FormatInt(int64(os.Getpid()), 16) + "." + strconv.FormatUint(l.seq.Add(1), 16)
 }
 
-// clean removes everything in workdir/work: leftovers of a copy-up or of a
-// removal that a crash interrupted. Nothing in it is ever visible through
-// the mount.
-func (l *Layer) clean() error {
+// Clean removes everything in workdir/work: at mount, leftovers of a
+// copy-up or of a removal that a crash interrupted; once the mount is gone,
+// files kept for descriptors that are now closed. Nothing in it is ever
+// visible through the mount.
+func (l *Layer) Clean() error {
 	ents, err := l.Work.ReadDirRaw()
 	if err != nil {
 		return err
