@@ -171,13 +171,20 @@ func (r *rawFS) openStream(cancel <-chan struct{}, h fuse.InHeader) (*dirStream,
 
 // putStream makes s idle, closing the least recently used idle stream
 // beyond maxDirStreams.
+//
+// The evicted stream is closed before d.mu is let go. Its directory is
+// not held by a request of ours, so the kernel may have forgotten it: a
+// FORGET that found no idle stream of it under d.mu must find it closed
+// by then too, or the close would reach go-fuse after the node is gone
+// (a panic on the unknown node, answered EIO to this READDIR) or after
+// its ID went to another node (whose open files it would unlink).
 func (r *rawFS) putStream(s *dirStream) {
 	d := &r.dirs
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.clock++
 	s.used = d.clock
 	d.idle = append(d.idle, s)
-	var evict *dirStream
 	if len(d.idle) > maxDirStreams {
 		oldest := 0
 		for i, o := range d.idle {
@@ -185,11 +192,8 @@ func (r *rawFS) putStream(s *dirStream) {
 				oldest = i
 			}
 		}
-		evict = d.idle[oldest]
+		evict := d.idle[oldest]
 		d.idle = append(d.idle[:oldest], d.idle[oldest+1:]...)
-	}
-	d.mu.Unlock()
-	if evict != nil {
 		r.closeStream(evict)
 	}
 }

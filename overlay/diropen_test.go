@@ -212,3 +212,65 @@ func TestDirStreamsForgotten(t *testing.T) {
 		}
 	}
 }
+
+// TestDirStreamsForgottenConcurrently: readers leave directories half
+// read, so streams are evicted beyond maxDirStreams, while the kernel
+// forgets those directories (drop_caches). An eviction racing the FORGET
+// of its directory must not close the stream through go-fuse after the
+// node is gone: go-fuse panics on the unknown node and the READDIR that
+// evicted gets EIO.
+func TestDirStreamsForgottenConcurrently(t *testing.T) {
+	l := listingLayers(t)
+	const dirs = 4 * maxDirStreams
+	for i := 0; i < dirs; i++ {
+		for j := 0; j < 30; j++ {
+			write(t, fmt.Sprintf("%s/t/d%03d/name-long-enough-to-fill-a-read-%02d", l[j%3], i, j), "x")
+		}
+	}
+	mnt, _, _ := nosecMount(t, NoSecInherit, false, l...)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for r := 0; r < 4; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			buf := make([]byte, 512)
+			for round := 0; ; round++ {
+				for i := r; i < dirs; i += 4 {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					fd, err := unix.Open(fmt.Sprintf("%s/t/d%03d", mnt, i), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+					if err == nil {
+						_, err = unix.Getdents(fd, buf)
+						unix.Close(fd)
+					}
+					if err != nil {
+						errs <- fmt.Errorf("reader %d, round %d, t/d%03d: %v", r, round, i, err)
+						return
+					}
+				}
+			}
+		}(r)
+	}
+	for i := 0; i < 100; i++ {
+		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
+			t.Error(err)
+			break
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i := 0; i < dirs; i++ {
+		if n := len(names(t, fmt.Sprintf("%s/t/d%03d", mnt, i))); n != 30 {
+			t.Fatalf("t/d%03d lists %d names, want 30", i, n)
+		}
+	}
+}

@@ -59,8 +59,10 @@
 //
 // The inode-number map's lock (ino.go), the idle directory streams'
 // lock (dirStreams.mu, diropen.go) and the ring of shared fds (fdRing.mu,
-// noopen.go) are leaves: nothing is taken under them. The tables that need no lock of ours (upperFiles, keptIDs, raw's
-// request marks) are sync.Maps.
+// noopen.go) are leaves: nothing of ours is taken under them (an evicted
+// directory stream is closed through go-fuse under dirStreams.mu, and its
+// dirHandle's release takes nothing). The tables that need no lock of
+// ours (upperFiles, keptIDs, raw's request marks) are sync.Maps.
 //
 // Calls into go-fuse's inode tree (GetChild, Parent, NewInode) may be made
 // under any of these: go-fuse's own locks are taken and released inside

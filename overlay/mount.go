@@ -254,6 +254,19 @@ func (f *FS) Close() {
 	}
 }
 
+// panicked answers a request whose handler panicked: go-fuse recovers
+// the panic and replies with what this returns. The daemon goes on
+// serving the other requests, so the panic is logged with its stack and
+// counted (`goverlay stats`: internal errors) rather than lost in an
+// EIO.
+func (f *FS) panicked(v any) fuse.Status {
+	f.stats.panics.Add(1)
+	buf := make([]byte, 64<<10)
+	buf = buf[:runtime.Stack(buf, false)]
+	f.log.Printf("internal error, request answered EIO: %v\n%s", v, buf)
+	return fuse.EIO
+}
+
 // ReadOnly reports whether the mount has no upper layer.
 func (f *FS) ReadOnly() bool { return f.upper == nil }
 
@@ -327,6 +340,7 @@ func (f *FS) fsOptions() *fs.Options {
 	mo.Debug = f.opts.Debug
 	mo.AllowOther = f.opts.AllowOther
 	mo.Logger = f.log
+	mo.PanicHandler = f.panicked
 	// The kernel checks permissions against the modes we report, as it
 	// does for a local filesystem; we never check them ourselves. With
 	// FUSE_POSIX_ACL it enforces ACLs too (the kernel overlay does).

@@ -37,6 +37,12 @@ func mountFS(t testing.TB, o Options) (string, *FS) {
 		f.Close()
 		t.Fatal(err)
 	}
+	// Registered first, so it runs after the unmount below.
+	t.Cleanup(func() {
+		if n := f.stats.panics.Load(); n > 0 {
+			t.Errorf("%d requests panicked in the daemon (logged above)", n)
+		}
+	})
 	t.Cleanup(func() {
 		var st, pst unix.Stat_t
 		if unix.Stat(mnt, &st) == nil && unix.Stat(filepath.Dir(mnt), &pst) == nil && st.Dev == pst.Dev {

@@ -76,6 +76,11 @@ type Stats struct {
 	LayerProbes    uint64 `json:"names_asked_of_layers"`
 	ListingsRead   uint64 `json:"listings_read"`
 	ListingEntries int    `json:"listing_entries"`
+
+	// InternalErrors counts requests whose handler failed a consistency
+	// check of goverlay's or go-fuse's (a panic): each was answered EIO
+	// and logged with its stack. Anything but 0 is a bug to report.
+	InternalErrors uint64 `json:"internal_errors"`
 }
 
 // Stats reads the counters.
@@ -105,6 +110,7 @@ func (f *FS) Stats() Stats {
 		FastExecDirs:      f.stats.fastExecDirs.Load(),
 		RestrictedDirs:    f.stats.restrictedDirs.Load(),
 		ListingEntries:    f.caches.CachedListingEntries(),
+		InternalErrors:    f.stats.panics.Load(),
 	}
 	for _, l := range f.layers {
 		s.LayerAnswers += l.Counters.Answered.Load()
