@@ -38,14 +38,7 @@ import (
 //
 // Preconditions: n.locMu is held for writing, or n is nil.
 func (n *node) keepIfOpen(d *lower.Dir, name string) string {
-	if n == nil || n.isDir() || !d.Layer.Upper {
-		return ""
-	}
-	n.mu.Lock()
-	last := len(n.links) == 1 && n.links[0].dir.Dir == d && n.links[0].name == name
-	open := n.heldLocked()
-	n.mu.Unlock()
-	if !last || !open {
+	if !n.mustKeep(d, name) {
 		return ""
 	}
 	keep, err := n.ofs.upper.Keep(d, name)
@@ -54,6 +47,35 @@ func (n *node) keepIfOpen(d *lower.Dir, name string) string {
 		return ""
 	}
 	return keep
+}
+
+// mustKeep reports whether (d, name), about to be removed, is the last
+// name of the open file n in the upper layer.
+//
+// Preconditions: n.locMu is held for writing, or n is nil.
+func (n *node) mustKeep(d *lower.Dir, name string) bool {
+	if n == nil || n.isDir() || !d.Layer.Upper {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	last := len(n.links) == 1 && n.links[0].dir.Dir == d && n.links[0].name == name
+	return last && n.heldLocked()
+}
+
+// removeKeeping removes (d, name), the last name of the open file n, by
+// moving the file into the workdir (upper.Layer.RemoveKeep; with a
+// whiteout when whiteout), and returns its name there. Where that fails,
+// it removes the name as for a file not open, and returns "".
+//
+// Preconditions: n.locMu is held for writing.
+func (n *node) removeKeeping(d *lower.Dir, name string, whiteout bool) (string, error) {
+	keep, err := n.ofs.upper.RemoveKeep(d, name, whiteout)
+	if err == nil {
+		return keep, nil
+	}
+	n.ofs.log.Printf("cannot keep the open file %q after its last name goes: %v", name, err)
+	return "", n.ofs.upper.Remove(d, name, false, whiteout)
 }
 
 // dropKept removes what keepIfOpen made when the removal failed.

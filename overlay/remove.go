@@ -89,15 +89,18 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errn
 	if child != nil {
 		child.locMu.Lock()
 		defer child.locMu.Unlock()
-		keep = child.keepIfOpen(pd, name)
 	}
-	if e.Parent.Layer.Upper {
+	switch {
+	case e.Parent.Layer.Upper && child.mustKeep(pd, name):
+		// An open file (noopen.go: one the kernel still holds) lives
+		// on in the workdir, moved there in the removal's one step.
+		keep, err = child.removeKeeping(pd, name, below)
+	case e.Parent.Layer.Upper:
 		err = n.ofs.upper.Remove(pd, name, isDir, below)
-	} else {
+	default:
 		err = n.ofs.upper.Whiteout(pd, name)
 	}
 	if err != nil {
-		child.dropKept(keep)
 		return errno(err)
 	}
 	if child != nil {

@@ -345,39 +345,75 @@ func (l *Layer) SetOpaque(d *lower.Dir, name string) error {
 // that still exists in a lower layer, the name is replaced by a whiteout in
 // one step (renameat2 RENAME_WHITEOUT moves the object to the workdir);
 // whatever it was, a directory with whiteouts in it included, is then
-// removed from the workdir.
+// removed from the workdir. Without, a file or an empty directory is
+// removed where it is; a directory that holds whiteouts (empty through
+// the mount) is moved to the workdir and emptied there, so that it never
+// shows half emptied.
 func (l *Layer) Remove(d *lower.Dir, name string, isDir, whiteout bool) error {
 	dfd, release, err := d.Pin()
 	if err != nil {
 		return err
 	}
 	defer release()
-	if !isDir && !whiteout {
-		return unix.Unlinkat(dfd, name, 0)
+	if !whiteout {
+		if !isDir {
+			return unix.Unlinkat(dfd, name, 0)
+		}
+		err := unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
+		if !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
+			return err
+		}
 	}
+	tmp, err := l.moveToWork(dfd, d, name, whiteout)
+	if err != nil {
+		return err
+	}
+	if isDir {
+		return removeDir(l.Work, tmp)
+	}
+	return removeAll(l.Work, tmp)
+}
+
+// RemoveKeep deletes the file name from the upper directory d as Remove
+// does, but keeps it in the workdir for the descriptors still open on it,
+// under the name it returns (until RemoveTemp): in one rename, with the
+// whiteout when whiteout.
+func (l *Layer) RemoveKeep(d *lower.Dir, name string, whiteout bool) (string, error) {
+	dfd, release, err := d.Pin()
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	return l.moveToWork(dfd, d, name, whiteout)
+}
+
+// moveToWork renames name from the upper directory d (open as dfd) to a
+// fresh name in the workdir, which it returns; with whiteout, a whiteout
+// takes its place, in the same step where the upper filesystem can.
+func (l *Layer) moveToWork(dfd int, d *lower.Dir, name string, whiteout bool) (string, error) {
 	tmp := l.tmpName()
 	flags := uint(0)
 	if whiteout && l.Whiteouts == KernelWhiteouts {
 		flags = unix.RENAME_WHITEOUT
 	}
-	err = unix.Renameat2(dfd, name, l.wfd, tmp, flags)
+	err := unix.Renameat2(dfd, name, l.wfd, tmp, flags)
 	if flags != 0 && errors.Is(err, unix.EINVAL) {
 		// RENAME_WHITEOUT unsupported: move, then whiteout.
 		flags = 0
 		err = unix.Renameat2(dfd, name, l.wfd, tmp, 0)
 	}
 	if err != nil {
-		return err
+		return "", err
 	}
 	if whiteout && flags == 0 {
 		if err := l.Whiteout(d, name); err != nil {
 			// Put the object back rather than lose the deletion's
 			// effect silently.
 			unix.Renameat2(l.wfd, tmp, dfd, name, unix.RENAME_NOREPLACE)
-			return err
+			return "", err
 		}
 	}
-	return removeAll(l.Work, tmp)
+	return tmp, nil
 }
 
 // Whiteout hides name, which exists only in lower layers, from the upper

@@ -2,6 +2,7 @@ package upper
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -288,15 +289,18 @@ func TestRemove(t *testing.T) {
 		dir      bool
 		whiteout bool
 		aufs     bool
+		empty    bool
 	}{
-		{"file", false, false, false},
-		{"file with whiteout", false, true, false},
-		{"dir", true, false, false},
-		{"dir with whiteout", true, true, false},
-		{"aufs file", false, true, true},
-		{"aufs dir", true, true, true},
-		{"aufs file without whiteout", false, false, true},
-		{"aufs dir without whiteout", true, false, true},
+		{"file", false, false, false, false},
+		{"empty dir", true, false, false, true},
+		{"empty dir with whiteout", true, true, false, true},
+		{"file with whiteout", false, true, false, false},
+		{"dir", true, false, false, false},
+		{"dir with whiteout", true, true, false, false},
+		{"aufs file", false, true, true, false},
+		{"aufs dir", true, true, true, false},
+		{"aufs file without whiteout", false, false, true, false},
+		{"aufs dir without whiteout", true, false, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.aufs {
@@ -307,7 +311,9 @@ func TestRemove(t *testing.T) {
 			p := e.upper(name)
 			if tc.dir {
 				mkdir(t, p)
-				fill(t, p)
+				if !tc.empty {
+					fill(t, p)
+				}
 			} else {
 				writeFile(t, p, "x", 0o644)
 			}
@@ -351,6 +357,41 @@ func TestRemove(t *testing.T) {
 		}
 		e.wantWorkEmpty(t)
 	})
+}
+
+// TestRemoveKeep: the file leaves its name in one step, with a whiteout
+// when asked, and lives on in the workdir under the returned name, data
+// and inode unchanged, until RemoveTemp.
+func TestRemoveKeep(t *testing.T) {
+	e := newEnv(t)
+	root := e.up.Root()
+	for _, wh := range []bool{false, true} {
+		name := fmt.Sprintf("f-%v", wh)
+		writeFile(t, e.upper(name), "data", 0o644)
+		before := lstat(t, e.upper(name))
+		keep, err := e.l.RemoveKeep(root, name, wh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wh && !isWhiteout(t, e.upper(name)) {
+			t.Errorf("%s is not a whiteout", name)
+		}
+		if !wh && exists(e.upper(name)) {
+			t.Errorf("%s still exists", name)
+		}
+		kept := filepath.Join(e.workPath, "work", keep)
+		if st := lstat(t, kept); st.Ino != before.Ino || readFile(t, kept) != "data" {
+			t.Errorf("whiteout=%v: kept %s is inode %d holding %q, want %d holding \"data\"", wh, keep, st.Ino, readFile(t, kept), before.Ino)
+		}
+		if err := e.l.RemoveTemp(keep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.wantWorkEmpty(t)
+	if _, err := e.l.RemoveKeep(root, "missing", false); !errors.Is(err, unix.ENOENT) {
+		t.Errorf("RemoveKeep(missing) = %v, want ENOENT", err)
+	}
+	e.wantWorkEmpty(t)
 }
 
 func TestWhiteout(t *testing.T) {

@@ -65,7 +65,10 @@ type Layer struct {
 	wfd int
 
 	opts Options
-	seq  atomic.Uint64
+	// tmpPrefix and seq make the names of objects in the workdir:
+	// "#pid." and a sequence number (tmpName).
+	tmpPrefix string
+	seq       atomic.Uint64
 	// tmpfile says how createTmpfile links an unnamed file
 	// (probeTmpfile), or that it cannot.
 	tmpfile int
@@ -130,7 +133,8 @@ func OpenAt(u *lower.Layer, wfd int, workPath string, o Options) (*Layer, error)
 	}
 	// A Dir of its own, kept open: every operation passes through it.
 	work := lower.NewDir(u, wfd2)
-	l := &Layer{Layer: u, Work: work, workdir: workdir, wfd: wfd2, opts: o}
+	l := &Layer{Layer: u, Work: work, workdir: workdir, wfd: wfd2, opts: o,
+		tmpPrefix: "#" + strconv.FormatInt(int64(os.Getpid()), 16) + "."}
 	if err := l.Clean(); err != nil {
 		work.Close()
 		return nil, fmt.Errorf("clean %s/%s: %w", workPath, workName, err)
@@ -189,7 +193,7 @@ func (l *Layer) XattrPrefix() string { return l.opts.XattrPrefix }
 // the kernel's ovl_lookup_temp() does, and the PID so two daemons sharing a
 // workdir by mistake do not collide).
 func (l *Layer) tmpName() string {
-	return "#" + strconv.FormatInt(int64(os.Getpid()), 16) + "." + strconv.FormatUint(l.seq.Add(1), 16)
+	return l.tmpPrefix + strconv.FormatUint(l.seq.Add(1), 16)
 }
 
 // Clean removes everything in workdir/work: at mount, leftovers of a
@@ -219,6 +223,19 @@ func removeAll(d *lower.Dir, name string) error {
 	if !errors.Is(err, unix.EISDIR) {
 		return err
 	}
+	return removeDir(d, name)
+}
+
+// removeDir removes the directory name from d with everything in it: in
+// one rmdir when it is empty.
+func removeDir(d *lower.Dir, name string) error {
+	err := d.Do(func(fd int) error { return unix.Unlinkat(fd, name, unix.AT_REMOVEDIR) })
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
 	sub, err := d.OpenDir(name)
 	if err != nil {
 		return err
@@ -226,7 +243,12 @@ func removeAll(d *lower.Dir, name string) error {
 	ents, err := sub.ReadDirRaw()
 	if err == nil {
 		for _, e := range ents {
-			if err = removeAll(sub, e.Name); err != nil {
+			if e.Mode == unix.S_IFDIR {
+				err = removeDir(sub, e.Name)
+			} else {
+				err = removeAll(sub, e.Name)
+			}
+			if err != nil {
 				break
 			}
 		}
