@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"errors"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -65,14 +66,15 @@ func (n *node) mustKeep(d *lower.Dir, name string) bool {
 
 // removeKeeping removes (d, name), the last name of the open file n, by
 // moving the file into the workdir (upper.Layer.RemoveKeep; with a
-// whiteout when whiteout), and returns its name there. Where that fails,
-// it removes the name as for a file not open, and returns "".
+// whiteout when whiteout), and returns its name there. Where that fails
+// for another reason than the name being gone, it removes the name as
+// for a file not open, and returns "".
 //
 // Preconditions: n.locMu is held for writing.
 func (n *node) removeKeeping(d *lower.Dir, name string, whiteout bool) (string, error) {
 	keep, err := n.ofs.upper.RemoveKeep(d, name, whiteout)
-	if err == nil {
-		return keep, nil
+	if err == nil || errors.Is(err, syscall.ENOENT) {
+		return keep, err
 	}
 	n.ofs.log.Printf("cannot keep the open file %q after its last name goes: %v", name, err)
 	return "", n.ofs.upper.Remove(d, name, false, whiteout)

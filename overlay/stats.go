@@ -13,6 +13,6 @@ type stats struct {
 	lookups, negativeLookups, getattrs atomic.Uint64
 	// directories instantiated, by their fast-exec bit
 	fastExecDirs, restrictedDirs atomic.Uint64
-	// requests whose handler panicked (answered EIO, panicked below)
+	// requests whose handler panicked (answered EIO: FS.panicked)
 	panics atomic.Uint64
 }
