@@ -173,20 +173,29 @@ func sorted(s []string) []string {
 	return s
 }
 
-// TestDirStreamsForgotten: a directory left half read whose inode the
-// kernel then forgets (drop_caches) takes its stream with it: go-fuse
-// drops the node and reuses its ID, so a stream kept past the FORGET
-// would be closed on an unknown node, or serve another directory's
-// listing. Listings stay whole through forgets and reused IDs.
-func TestDirStreamsForgotten(t *testing.T) {
+// streamDirsMount mounts three lowers holding directories t/d000 ... of
+// 30 names each, spread over the lowers, with names long enough that a
+// 512-byte getdents reads a directory only in part.
+func streamDirsMount(t *testing.T, dirs int) string {
+	t.Helper()
 	l := listingLayers(t)
-	const dirs = 3 * maxDirStreams
 	for i := 0; i < dirs; i++ {
 		for j := 0; j < 30; j++ {
 			write(t, fmt.Sprintf("%s/t/d%03d/name-long-enough-to-fill-a-read-%02d", l[j%3], i, j), "x")
 		}
 	}
 	mnt, _, _ := nosecMount(t, NoSecInherit, false, l...)
+	return mnt
+}
+
+// TestDirStreamsForgotten: a directory left half read whose inode the
+// kernel then forgets (drop_caches) takes its stream with it: go-fuse
+// drops the node and reuses its ID, so a stream kept past the FORGET
+// would be closed on an unknown node, or serve another directory's
+// listing. Listings stay whole through forgets and reused IDs.
+func TestDirStreamsForgotten(t *testing.T) {
+	const dirs = 3 * maxDirStreams
+	mnt := streamDirsMount(t, dirs)
 	half := func(i int) {
 		fd, err := unix.Open(fmt.Sprintf("%s/t/d%03d", mnt, i), unix.O_RDONLY|unix.O_DIRECTORY, 0)
 		if err != nil {
@@ -220,14 +229,8 @@ func TestDirStreamsForgotten(t *testing.T) {
 // node is gone: go-fuse panics on the unknown node and the READDIR that
 // evicted gets EIO.
 func TestDirStreamsForgottenConcurrently(t *testing.T) {
-	l := listingLayers(t)
 	const dirs = 4 * maxDirStreams
-	for i := 0; i < dirs; i++ {
-		for j := 0; j < 30; j++ {
-			write(t, fmt.Sprintf("%s/t/d%03d/name-long-enough-to-fill-a-read-%02d", l[j%3], i, j), "x")
-		}
-	}
-	mnt, _, _ := nosecMount(t, NoSecInherit, false, l...)
+	mnt := streamDirsMount(t, dirs)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)

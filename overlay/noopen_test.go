@@ -193,26 +193,17 @@ func TestNoOpenRing(t *testing.T) {
 // the kernel does not send for an inode it still holds at the unmount; a
 // name left in workdir/work stands for one here.
 func TestWorkdirEmptiedAtUnmount(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("mounting needs root")
-	}
-	mnt, work := t.TempDir(), t.TempDir()
-	f, err := New(Options{Lower: []string{t.TempDir()}, Upper: t.TempDir(), Work: work})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := f.Mount(mnt)
-	if err != nil {
-		f.Close()
-		t.Fatal(err)
-	}
+	work := t.TempDir()
+	// Registered before mountFS's cleanup, so it runs after the
+	// unmount and FS.Close there.
+	t.Cleanup(func() {
+		if t.Skipped() {
+			return
+		}
+		if left := names(t, work+"/work"); len(left) != 0 {
+			t.Errorf("workdir/work holds %v after the unmount", left)
+		}
+	})
+	mountFS(t, Options{Lower: []string{t.TempDir()}, Upper: t.TempDir(), Work: work})
 	write(t, work+"/work/#kept", "orphan")
-	if err := srv.Unmount(); err != nil {
-		unix.Unmount(mnt, unix.MNT_DETACH)
-	}
-	srv.Wait()
-	f.Close()
-	if left := names(t, work+"/work"); len(left) != 0 {
-		t.Errorf("workdir/work holds %v after the unmount", left)
-	}
 }
