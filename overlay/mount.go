@@ -65,6 +65,9 @@ type Options struct {
 	// instances (EXDEV), as the kernel with redirect_dir=off; by default
 	// they move with a redirect (-o redirect_dir=on).
 	RedirectDirOff bool
+	// NoUring serves every request over /dev/fuse even where the kernel
+	// offers FUSE over io_uring (-o uring=0; uring.go).
+	NoUring bool
 	// Metacopy copies up the metadata of a lower regular file alone
 	// where the data is not changed (-o metacopy=on; metacopy.go), and
 	// follows metacopy files found on disk to their data; without it
@@ -122,6 +125,10 @@ type FS struct {
 	caches *lower.Caches
 
 	statsL net.Listener
+	// uring serves requests over io_uring where the kernel takes it
+	// (uring.go); nil when it was not asked for, and transport says why.
+	uring     *uringServer
+	transport string
 	// upperFiles maps upper files to their nodes (links.go).
 	upperFiles upperFiles
 	// fds bounds the open files nodes keep for requests on files
@@ -240,6 +247,8 @@ func (f *FS) Close() {
 	if f.statsL != nil {
 		f.statsL.Close()
 	}
+	// The kernel ended the rings' entries at the unmount.
+	f.uring.wait()
 	if f.upper != nil {
 		// Files opened without a request are removed from the
 		// workdir at their FORGET, which the kernel does not send
@@ -277,8 +286,29 @@ func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 	root := f.newRoot()
 	opts := f.fsOptions()
 	f.raw = &rawFS{RawFileSystem: fs.NewNodeFS(root, opts), stats: &f.stats, noOpen: f.io.noOpen}
+	switch {
+	case f.opts.NoUring:
+		f.transport = "/dev/fuse (uring=0)"
+	case !uringOffered():
+		f.transport = "/dev/fuse (the kernel does not offer io_uring: enable_uring is not Y)"
+	default:
+		// The queues are ready before INIT offers io_uring: once
+		// the kernel takes it, it serves nothing until they register.
+		u, err := startUring(f.log, opts.MountOptions)
+		if err != nil {
+			f.log.Printf("io_uring: %v; serving /dev/fuse", err)
+			f.transport = "/dev/fuse (" + err.Error() + ")"
+		} else {
+			f.uring, f.raw.uring = u, u
+			opts.MountOptions.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
+		}
+	}
 	srv, err := fuse.NewServer(f.raw, mountpoint, &opts.MountOptions)
 	if err != nil {
+		if f.uring != nil {
+			f.uring.stop()
+			f.uring.wait()
+		}
 		return nil, err
 	}
 	spareProcs.Do(addSpareProcs)
@@ -341,6 +371,7 @@ func (f *FS) fsOptions() *fs.Options {
 	mo.AllowOther = f.opts.AllowOther
 	mo.Logger = f.log
 	mo.PanicHandler = f.panicked
+	mo.MaxWrite = maxWrite
 	// The kernel checks permissions against the modes we report, as it
 	// does for a local filesystem; we never check them ourselves. With
 	// FUSE_POSIX_ACL it enforces ACLs too (the kernel overlay does).

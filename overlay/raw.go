@@ -29,6 +29,17 @@ type rawFS struct {
 	dirs dirStreams
 	// noOpen: regular files open without a request (noopen.go).
 	noOpen bool
+	// uring registers its queues once INIT is answered (uring.go).
+	uring *uringServer
+}
+
+// Init is called by go-fuse once it has answered INIT, before it reads
+// the next request.
+func (r *rawFS) Init(srv *fuse.Server) {
+	r.RawFileSystem.Init(srv)
+	if r.uring != nil {
+		r.uring.serve(srv, r)
+	}
 }
 
 // reqMark is what rawFS saw on a request.

@@ -49,6 +49,11 @@ type Stats struct {
 	IOReason    string `json:"io_reason"`
 	// NoOpen says regular files open without a request (noopen.go).
 	NoOpen bool `json:"noopen"`
+	// Transport says how requests reach goverlay: io_uring or /dev/fuse,
+	// and why (uring.go); RingRequests counts those answered over
+	// io_uring.
+	Transport    string `json:"transport"`
+	RingRequests uint64 `json:"requests_over_io_uring"`
 	// OpensPassthrough and OpensCached count file opens by the I/O mode
 	// the kernel got: passthrough only where the reply carried a
 	// registered backing file.
@@ -100,6 +105,8 @@ func (f *FS) Stats() Stats {
 		Passthrough:       f.passthrough.Load(),
 		IOReason:          f.io.why,
 		NoOpen:            f.io.noOpen,
+		Transport:         f.transport,
+		RingRequests:      f.uring.Served(),
 		CopyUps:           f.stats.copyUps.Load(),
 		Whiteouts:         f.stats.whiteouts.Load(),
 		OpensPassthrough:  f.stats.opensPassthrough.Load(),
@@ -111,6 +118,9 @@ func (f *FS) Stats() Stats {
 		RestrictedDirs:    f.stats.restrictedDirs.Load(),
 		ListingEntries:    f.caches.CachedListingEntries(),
 		InternalErrors:    f.stats.panics.Load(),
+	}
+	if f.uring != nil {
+		s.Transport = f.uring.Why()
 	}
 	for _, l := range f.layers {
 		s.LayerAnswers += l.Counters.Answered.Load()

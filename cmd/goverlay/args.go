@@ -27,6 +27,7 @@ type config struct {
 	noOpenGiven      bool // noopen= given
 	Writeback        overlay.WritebackMode
 	NoACL            bool
+	NoUring          bool
 	RedirectDirOff   bool           // redirect_dir=off|follow|nofollow
 	redirectGiven    string         // the value of redirect_dir=, if given
 	Metacopy         bool           // metacopy=on
@@ -220,6 +221,6 @@ func (c *config) absolutize() error {
 
 // String renders the configuration for the debug log.
 func (c *config) String() string {
-	return fmt.Sprintf("lower=%q upper=%q work=%q mountpoint=%q fsname=%q userxattr=%v nofsync=%v nosec=%v nopassthrough=%v openrequests=%v writeback=%v noacl=%v kernel=%q",
-		c.Lower, c.Upper, c.Work, c.Mountpoint, c.FsName, c.UserXattr, c.NoFsync, c.NoSec, c.NoPassthrough, c.OpenRequests, c.Writeback, c.NoACL, c.KernelOptions)
+	return fmt.Sprintf("lower=%q upper=%q work=%q mountpoint=%q fsname=%q userxattr=%v nofsync=%v nosec=%v nopassthrough=%v openrequests=%v writeback=%v noacl=%v nouring=%v kernel=%q",
+		c.Lower, c.Upper, c.Work, c.Mountpoint, c.FsName, c.UserXattr, c.NoFsync, c.NoSec, c.NoPassthrough, c.OpenRequests, c.Writeback, c.NoACL, c.NoUring, c.KernelOptions)
 }

@@ -138,6 +138,7 @@ func overlayOptions(cfg *config, euid int, logger *log.Logger) overlay.Options {
 		OpenRequests:     cfg.OpenRequests,
 		Writeback:        cfg.Writeback,
 		NoACL:            cfg.NoACL,
+		NoUring:          cfg.NoUring,
 		RedirectDirOff:   cfg.RedirectDirOff,
 		Metacopy:         cfg.Metacopy,
 		XattrPermissions: cfg.XattrPermissions,

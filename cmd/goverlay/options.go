@@ -70,6 +70,7 @@ var optionTable = []optionInfo{
 	{"noopen", "1|0", optSupported, "1 (default): the kernel opens regular files without asking goverlay (FUSE no_open): no OPEN and RELEASE per open(2), so reads from the page cache and execs of cached files never reach goverlay; a lower file is copied up at its first change rather than when opened for writing; no passthrough. 0: every open is a request, as in fuse-overlayfs; passthrough needs it"},
 	{"passthrough", "on|off", optSupported, "with noopen=0: on (default) lets the kernel read and write files of the upper layer directly (FUSE passthrough; Linux 6.9+, root); off sends reads and writes through the page cache and goverlay. passthrough=on implies noopen=0"},
 	{"writeback", "0|1", optSupported, "the kernel's writeback cache: write(2) fills the page cache and the kernel writes it to goverlay later, in large requests (fuse-overlayfs). Default: on, except with noopen=0 where passthrough is granted; 1 uses it instead of passthrough, 0 never (every write(2) is then a request)"},
+	{"uring", "1|0", optSupported, "1 (default): where the kernel offers FUSE over io_uring (Linux 6.14+, when /sys/module/fuse/parameters/enable_uring is Y), serve requests through one io_uring queue per CPU, each answered by a thread on that CPU; the kernel's offer is the switch, as it is off by default. 0: serve every request through /dev/fuse"},
 	{"noacl", "", optSupported, "do not enforce POSIX ACLs, nor give new objects their directory's default ACL; the umask always applies (fuse-overlayfs)"},
 	{"static_nlink", "", optSupported, "report a link count of 1 for every directory (fuse-overlayfs); merged directories always report 1, like the kernel overlay's"},
 	{"uidmapping", "ID:HOSTID:LEN[:...]", optSupported, "owners ID..ID+LEN-1 on disk are shown as HOSTID..; new files and chown map back; unmapped ids show as the overflow uid (fuse-overlayfs; containers/storage passes it); the ids named in POSIX ACLs are mapped the same way (fuse-overlayfs leaves them); a lower layer on an id-mapped mount is not shifted twice (man page: ID-MAPPED LAYERS)"},
@@ -310,6 +311,12 @@ func (st *optState) set(key, raw string) error {
 		default:
 			return failf(exitUsage, "option \"writeback\" is 0 or 1, not %q; write writeback=0 or writeback=1", v)
 		}
+	case "uring":
+		on, err := switchValue(key, raw, "1", "0")
+		if err != nil {
+			return err
+		}
+		c.NoUring = !on
 	case "noacl":
 		c.NoACL = true
 	case "static_nlink":

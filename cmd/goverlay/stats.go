@@ -85,6 +85,8 @@ func statsRows(s overlay.Stats) []statsRow {
 		{"passthrough", onOff[s.Passthrough], "whether the kernel registers backing files for this mount (FUSE passthrough, passthrough=)"},
 		{"io_reason", s.IOReason, "why writes take the path they take"},
 		{"noopen", onOff[s.NoOpen], "whether the kernel opens regular files without asking goverlay (noopen=): then opens are not counted below"},
+		{"transport", s.Transport, "how requests reach goverlay: io_uring, one queue per CPU (uring=, when the kernel offers it), or /dev/fuse"},
+		{"requests_over_io_uring", n(s.RingRequests), "requests answered over io_uring"},
 		{"opens_passthrough", n(s.OpensPassthrough), "file opens the kernel reads and writes directly (FUSE passthrough)"},
 		{"opens_through_goverlay", n(s.OpensCached), "file opens whose reads and writes go through goverlay"},
 		{"lookups", n(s.Lookups), "name lookups the kernel asked goverlay for"},

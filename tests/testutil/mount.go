@@ -190,12 +190,17 @@ func (m *Mounted) finish(t testing.TB, unmount, explicit bool) {
 // only of a FUSE mount, since detachCopies detaches whatever has that
 // device number (the filesystem below a mount this namespace does not
 // see would be the wrong one).
-func (m *Mounted) recordDev() {
+func (m *Mounted) recordDev() { m.dev = FuseDev(m.Dir) }
+
+// FuseDev is the device number of the FUSE mount on dir, or 0 when dir is
+// not one.
+func FuseDev(dir string) uint64 {
 	var fs unix.Statfs_t
 	var st unix.Stat_t
-	if unix.Statfs(m.Dir, &fs) == nil && fs.Type == unix.FUSE_SUPER_MAGIC && unix.Stat(m.Dir, &st) == nil {
-		m.dev = st.Dev
+	if unix.Statfs(dir, &fs) == nil && fs.Type == unix.FUSE_SUPER_MAGIC && unix.Stat(dir, &st) == nil {
+		return st.Dev
 	}
+	return 0
 }
 
 // detachCopies handles a daemon that outlived its unmount because its
@@ -206,10 +211,17 @@ func (m *Mounted) recordDev() {
 // the daemon must exit as usual. It reports whether it found any.
 func (m *Mounted) detachCopies(t testing.TB) bool {
 	t.Helper()
-	if m.dev == 0 {
+	return DetachCopies(t, m.Dir, m.dev)
+}
+
+// DetachCopies is detachCopies for the mount of device dev (FuseDev) that
+// was on dir, for tests that track their daemons themselves.
+func DetachCopies(t testing.TB, dir string, dev uint64) bool {
+	t.Helper()
+	if dev == 0 {
 		return false
 	}
-	want := fmt.Sprintf(" %d:%d ", unix.Major(m.dev), unix.Minor(m.dev))
+	want := fmt.Sprintf(" %d:%d ", unix.Major(dev), unix.Minor(dev))
 	me, _ := os.Readlink("/proc/self/ns/mnt")
 	seen := map[string]bool{me: true}
 	found := false
@@ -231,13 +243,13 @@ func (m *Mounted) detachCopies(t testing.TB) bool {
 			}
 			found = true
 			err := detachIn(p, unescapeMountinfo(f[4]))
-			t.Logf("the mount %s lived on at %s in the mount namespace of %s (%s): detached it (%v)", m.Dir, f[4], p, ns, err)
+			t.Logf("the mount %s lived on at %s in the mount namespace of %s (%s): detached it (%v)", dir, f[4], p, ns, err)
 			if err != nil {
 				// A copy in a namespace that a user namespace owns
 				// is locked to its parent (EINVAL): end the FUSE
 				// connection instead, which the daemon sees as
 				// the end of its mount.
-				t.Logf("aborted the FUSE connection of %s (%v)", m.Dir, abortConnection(m.dev))
+				t.Logf("aborted the FUSE connection of %s (%v)", dir, abortConnection(dev))
 			}
 		}
 	}

@@ -34,6 +34,9 @@ type MountConfig struct {
 	// Mountpoint, if set, is the directory to mount on (it must exist);
 	// otherwise a new one is made under t.TempDir().
 	Mountpoint string
+	// Uring mounts while the kernel offers FUSE over io_uring and checks
+	// that the mount took it (as every mount does after OfferUring).
+	Uring bool
 }
 
 // MountWith is Mount with the daemon's environment or a wrapper command
@@ -83,7 +86,13 @@ func MountWith(t testing.TB, o Options, c MountConfig) *Mounted {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(append(os.Environ(), "GORACE=log_path="+filepath.Join(base, "race")+" atexit_sleep_ms=0"), c.Env...)
-	if err := cmd.Run(); err != nil {
+	uring := c.Uring || uringMounts.Load()
+	if uring {
+		WithUringOffered(t, func() { err = cmd.Run() })
+	} else {
+		err = cmd.Run()
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (no return within %v)", err, mountTimeout)
 		}
@@ -103,6 +112,9 @@ func MountWith(t testing.TB, o Options, c MountConfig) *Mounted {
 		t.Fatalf("goverlay returned 0 but %s is not in /proc/self/mountinfo\n%s", m.Dir, m.logs())
 	}
 	m.recordDev()
+	if uring {
+		CheckUring(t, m)
+	}
 	return m
 }
 

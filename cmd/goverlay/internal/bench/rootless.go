@@ -434,6 +434,14 @@ func (t *targetDef) setupRootless(ctx context.Context, b *bencher, dir string, c
 		return nil, err
 	}
 	a.out = bufio.NewReader(out)
+	restore := func() {}
+	if t.uring {
+		if restore, err = offerUring(); err != nil {
+			return nil, err
+		}
+	}
+	// Offered until the agent has mounted (or failed to).
+	defer func() { restore() }()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the rootless agent: %w", err)
 	}

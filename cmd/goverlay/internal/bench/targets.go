@@ -41,6 +41,9 @@ type targetDef struct {
 	// baseline: the goverlay target mounts Config.Baseline, not
 	// Config.Binary; "all" leaves it out.
 	baseline bool
+	// uring: the kernel offers FUSE over io_uring while the target
+	// mounts (offerUring).
+	uring bool
 }
 
 // binary is the goverlay executable the target mounts.
@@ -56,6 +59,7 @@ var allTargets = []*targetDef{
 	{name: "kernel", kind: kindKernel, desc: "kernel overlayfs (mount -t overlay)"},
 	{name: "fuse-overlayfs", kind: kindFuseOverlayfs, desc: "fuse-overlayfs, when installed"},
 	{name: "goverlay", kind: kindGoverlay, desc: "goverlay with its defaults: nosec=inherit, noopen=1 (files open without a request; writes take the writeback cache)"},
+	{name: "goverlay-uring", kind: kindGoverlay, uring: true, desc: "goverlay with its defaults, mounted while the kernel offers FUSE over io_uring (enable_uring=Y): requests go through one io_uring queue per CPU"},
 	{name: "goverlay-opens", kind: kindGoverlay, opts: []string{"noopen=0"}, desc: "goverlay -o noopen=0: every open a request, passthrough where the kernel grants it"},
 	{name: "goverlay-nosec-off", kind: kindGoverlay, opts: []string{"nosec=off"}, desc: "goverlay -o nosec=off"},
 	{name: "goverlay-nopassthrough", kind: kindGoverlay, opts: []string{"noopen=0", "passthrough=off"}, desc: "goverlay -o noopen=0,passthrough=off: every open a request, the writeback cache instead of passthrough"},
@@ -64,6 +68,7 @@ var allTargets = []*targetDef{
 	{name: "kernel-rootless", kind: kindKernel, rootless: true, desc: "kernel overlayfs -o userxattr, mounted by an unprivileged user in its own user namespace"},
 	{name: "fuse-overlayfs-rootless", kind: kindFuseOverlayfs, rootless: true, desc: "fuse-overlayfs, mounted by an unprivileged user in its own user namespace"},
 	{name: "goverlay-rootless", kind: kindGoverlay, rootless: true, desc: "goverlay -o userxattr, mounted by an unprivileged user in its own user namespace (the defaults: noopen=1, the writeback cache)"},
+	{name: "goverlay-uring-rootless", kind: kindGoverlay, rootless: true, uring: true, desc: "goverlay -o userxattr rootless, mounted while the kernel offers FUSE over io_uring (enable_uring=Y, set by the bench as root)"},
 	{name: "goverlay-opens-rootless", kind: kindGoverlay, rootless: true, opts: []string{"noopen=0"}, desc: "goverlay -o userxattr,noopen=0 rootless: every open a request"},
 	{name: "goverlay-rootless-writethrough", kind: kindGoverlay, rootless: true, opts: []string{"writeback=0"}, desc: "goverlay -o userxattr,writeback=0 rootless: every write a request"},
 	{name: "goverlay-nosec-off-nopassthrough", kind: kindGoverlay, opts: []string{"nosec=off", "noopen=0", "passthrough=off"}, desc: "goverlay -o nosec=off,noopen=0,passthrough=off"},
@@ -91,6 +96,14 @@ func (t *targetDef) precheck(c Config) string {
 	if t.rootless {
 		if why := rootlessPrecheck(); why != "" {
 			return why
+		}
+	}
+	if t.uring {
+		if _, err := os.Stat(enableUring); err != nil {
+			return "this kernel has no FUSE over io_uring (Linux 6.14+, CONFIG_FUSE_IO_URING)"
+		}
+		if os.Geteuid() != 0 {
+			return "offering FUSE over io_uring (enable_uring=Y) needs root"
 		}
 	}
 	switch t.kind {
@@ -153,6 +166,24 @@ type instance struct {
 	agent *agent
 }
 
+// enableUring is the fuse module's switch for FUSE over io_uring: the
+// kernel offers it in INIT only while it is Y.
+const enableUring = "/sys/module/fuse/parameters/enable_uring"
+
+// offerUring has the kernel offer FUSE over io_uring to the mounts made
+// until restore is called, which puts the switch back as it was. A mount
+// that took it keeps it.
+func offerUring() (restore func(), err error) {
+	old, err := os.ReadFile(enableUring)
+	if err != nil {
+		return nil, fmt.Errorf("FUSE over io_uring: %w", err)
+	}
+	if err := os.WriteFile(enableUring, []byte("Y"), 0); err != nil {
+		return nil, fmt.Errorf("FUSE over io_uring: %w", err)
+	}
+	return func() { os.WriteFile(enableUring, old, 0) }, nil
+}
+
 // setup makes fresh upper and work directories under dir and mounts the
 // target. Undo steps go on cl.
 func (t *targetDef) setup(ctx context.Context, b *bencher, dir string, cl *cleanups) (*instance, error) {
@@ -210,7 +241,14 @@ func (t *targetDef) setup(ctx context.Context, b *bencher, dir string, cl *clean
 		pidfile := filepath.Join(dir, "pid")
 		opts := strings.Join(append([]string{layers}, t.opts...), ",")
 		var out string
-		out, err = runMount(ctx, t.binary(b.cfg), "-o", opts, "--pidfile", pidfile, mnt)
+		restore := func() {}
+		if t.uring {
+			restore, err = offerUring()
+		}
+		if err == nil {
+			out, err = runMount(ctx, t.binary(b.cfg), "-o", opts, "--pidfile", pidfile, mnt)
+			restore()
+		}
 		for _, line := range strings.Split(out, "\n") {
 			// The NOSEC decision is in the daemon's stats, read
 			// at the end of the round.

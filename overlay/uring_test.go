@@ -1,0 +1,208 @@
+package overlay
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+const enableUringParam = "/sys/module/fuse/parameters/enable_uring"
+
+// uringMu and a lock file shared with tests/testutil serialise the mounts
+// that switch enable_uring on, in this process and across test processes.
+var uringMu sync.Mutex
+
+// mountOffered mounts o with mountFS while the kernel offers FUSE over
+// io_uring, and puts enable_uring back as it was. It skips the test where
+// the kernel has no FUSE over io_uring.
+func mountOffered(t *testing.T, o Options) (string, *FS) {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Skip("switching enable_uring needs root")
+	}
+	old, err := os.ReadFile(enableUringParam)
+	if err != nil {
+		t.Skip("this kernel has no FUSE over io_uring")
+	}
+	uringMu.Lock()
+	defer uringMu.Unlock()
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "goverlay-tests-enable-uring.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	old, _ = os.ReadFile(enableUringParam)
+	if err := os.WriteFile(enableUringParam, []byte("Y"), 0); err != nil {
+		t.Fatal(err)
+	}
+	defer os.WriteFile(enableUringParam, old, 0)
+	return mountFS(t, o)
+}
+
+func TestDeviceFDReachable(t *testing.T) {
+	// The ring's commands need go-fuse's /dev/fuse descriptor, which is
+	// not part of its API (deviceFD); an update of go-fuse that moves it
+	// must fail here, not turn io_uring off in the field.
+	if err := deviceFDReachable(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestParseCPUList(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int
+	}{
+		{"0\n", 1}, {"0-1\n", 2}, {"0-3,8-11", 12}, {"0,2,5", 6}, {"0-63", 64},
+	} {
+		if got, err := parseCPUList(c.in); err != nil || got != c.want {
+			t.Errorf("parseCPUList(%q) = %d, %v; want %d", c.in, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"", "x", "0-", "-1", "0-a"} {
+		if got, err := parseCPUList(bad); err == nil {
+			t.Errorf("parseCPUList(%q) = %d, want an error", bad, got)
+		}
+	}
+}
+
+// uringWorkload makes every kind of request the kernel sends over a ring
+// and checks the answers: lookups, creates, writes and reads larger than
+// one payload buffer, listings of several READDIRPLUS batches, xattrs,
+// links, renames, removals and a copy-up.
+func uringWorkload(t *testing.T, mnt string) {
+	t.Helper()
+	big := bytes.Repeat([]byte("0123456789abcdef"), (3<<20)/16+7) // 3 MiB and a bit
+	if err := os.WriteFile(filepath.Join(mnt, "big"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(mnt, "big")); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("read back %d bytes (%v), want %d", len(got), err, len(big))
+	}
+	// Not from the page cache: through READ requests.
+	fd, err := unix.Open(filepath.Join(mnt, "big"), unix.O_RDONLY|unix.O_DIRECT, 0)
+	if err == nil {
+		// Page-aligned, as O_DIRECT wants.
+		al, err := unix.Mmap(-1, 0, 256<<10, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Munmap(al)
+		n, err := unix.Pread(fd, al, 1<<20)
+		unix.Close(fd)
+		if err != nil || n != len(al) || !bytes.Equal(al, big[1<<20:1<<20+n]) {
+			t.Fatalf("O_DIRECT pread: %d, %v", n, err)
+		}
+	}
+	dir := filepath.Join(mnt, "many")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := range 600 {
+		name := fmt.Sprintf("file-with-a-longish-name-%04d", i)
+		want = append(want, name)
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) != len(want) {
+		t.Fatalf("listed %d entries (%v), want %d", len(ents), err, len(want))
+	}
+	for i, e := range ents {
+		if e.Name() != want[i] {
+			t.Fatalf("entry %d is %q, want %q", i, e.Name(), want[i])
+		}
+	}
+	f := filepath.Join(mnt, "lowerfile")
+	if err := unix.Setxattr(f, "user.k", []byte("v"), 0); err != nil {
+		t.Fatal(err)
+	}
+	val := make([]byte, 16)
+	if n, err := unix.Getxattr(f, "user.k", val); err != nil || string(val[:n]) != "v" {
+		t.Fatalf("getxattr: %q, %v", val[:n], err)
+	}
+	if n, err := unix.Listxattr(f, val); err != nil || !strings.Contains(string(val[:n]), "user.k") {
+		t.Fatalf("listxattr: %q, %v", val[:n], err)
+	}
+	if got, err := os.ReadFile(f); err != nil || string(got) != "lower" {
+		t.Fatalf("copied-up file reads %q, %v", got, err)
+	}
+	if err := os.Symlink("big", filepath.Join(mnt, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.Readlink(filepath.Join(mnt, "link")); err != nil || got != "big" {
+		t.Fatalf("readlink: %q, %v", got, err)
+	}
+	if err := os.Rename(filepath.Join(mnt, "big"), filepath.Join(mnt, "big2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(mnt, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("lstat of a missing name: %v", err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(mnt, &st); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func uringLayers(t *testing.T) Options {
+	base := t.TempDir()
+	o := Options{Lower: []string{filepath.Join(base, "lower")}, Upper: filepath.Join(base, "upper"), Work: filepath.Join(base, "work")}
+	write(t, filepath.Join(o.Lower[0], "lowerfile"), "lower")
+	for _, d := range []string{o.Upper, o.Work} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return o
+}
+
+func TestUringServes(t *testing.T) {
+	mnt, f := mountOffered(t, uringLayers(t))
+	if s := f.Stats(); !strings.HasPrefix(s.Transport, "io_uring") {
+		t.Fatalf("transport %q, want io_uring", s.Transport)
+	}
+	before := f.Stats().RingRequests
+	uringWorkload(t, mnt)
+	if after := f.Stats().RingRequests; after < before+600 {
+		t.Errorf("%d requests over io_uring during the workload, want hundreds", after-before)
+	}
+}
+
+func TestUringOff(t *testing.T) {
+	o := uringLayers(t)
+	o.NoUring = true
+	mnt, f := mountOffered(t, o)
+	uringWorkload(t, mnt)
+	if s := f.Stats(); s.RingRequests != 0 || !strings.HasPrefix(s.Transport, "/dev/fuse") {
+		t.Errorf("uring=0: transport %q, %d requests over io_uring", s.Transport, s.RingRequests)
+	}
+}
+
+func TestUringRefusedFallsBack(t *testing.T) {
+	// When the rings cannot serve after INIT took io_uring, the kernel
+	// must be told (refuse), or it holds every request of the mount.
+	fail := errors.New("injected")
+	uringFailure.Store(&fail)
+	t.Cleanup(func() { uringFailure.Store(nil) })
+	mnt, f := mountOffered(t, uringLayers(t))
+	uringWorkload(t, mnt)
+	if s := f.Stats(); s.RingRequests != 0 || !strings.Contains(s.Transport, "injected") {
+		t.Errorf("transport %q, %d requests over io_uring; want /dev/fuse after the injected failure", s.Transport, s.RingRequests)
+	}
+}
