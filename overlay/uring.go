@@ -105,8 +105,6 @@ type uringServer struct {
 	done    sync.WaitGroup
 	// served counts the requests answered over the rings.
 	served atomic.Uint64
-	// on is set once every queue has registered its entries.
-	on atomic.Bool
 	// why says why requests do not go over the rings, or how they do.
 	why atomic.Pointer[string]
 	// stopOnce ends the queues that never started.
@@ -254,8 +252,8 @@ func (s *uringServer) serve(srv *fuse.Server, fs fuse.RawFileSystem) {
 	for _, q := range s.queues {
 		st := ringStart{fd: fd, ps: ps, registered: make(chan error, 1)}
 		if err != nil {
-			// Register nothing, and let one queue tell the kernel
-			// so (refuse), which then serves /dev/fuse alone.
+			// Register nothing: the queues tell the kernel so
+			// (refuse), which then serves /dev/fuse alone.
 			st.ps = nil
 		}
 		q.start <- st
@@ -276,7 +274,6 @@ func (s *uringServer) serve(srv *fuse.Server, fs fuse.RawFileSystem) {
 	case err != nil:
 		failed = err
 	case failed == nil:
-		s.on.Store(true)
 		s.setWhy(fmt.Sprintf("io_uring (%d queues, one per CPU)", len(s.queues)))
 		return
 	}
@@ -311,12 +308,14 @@ func (q *ringQueue) run(ready chan<- error) {
 	// The kernel hands a queue's requests to the thread that submitted
 	// its commands (io_uring_cmd_complete_in_task()), and the ring takes
 	// submissions from that thread alone (IORING_SETUP_SINGLE_ISSUER).
+	// Never unlocked: the thread is pinned, so it ends with the
+	// goroutine rather than go back to the scheduler.
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	var cpu unix.CPUSet
 	cpu.Set(q.qid)
-	// A possible CPU that is not online refuses the pin; its queue
-	// serves nobody until it comes up.
+	// A possible CPU that is not online, or not in the daemon's cpuset,
+	// refuses the pin: the queue's thread then runs where it may, and
+	// its requests cross CPUs as through /dev/fuse.
 	_ = unix.SchedSetaffinity(0, &cpu)
 	err := q.setup()
 	ready <- err

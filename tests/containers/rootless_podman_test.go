@@ -35,7 +35,7 @@ func newRootlessPodman(t testing.TB, prog mountProgram, uid, gid int) *podman {
 	if err := unix.Mknod(filepath.Join(p.store, "fuse"), unix.S_IFCHR|0o600, int(unix.Mkdev(10, 229))); err != nil {
 		t.Fatal(err)
 	}
-	if prog.name == "goverlay" {
+	if strings.HasPrefix(prog.name, "goverlay") {
 		p.prog.path = filepath.Join(p.store, "goverlay")
 		copyFile(t, prog.path, p.prog.path, 0o755)
 		for i, f := range p.flags {
