@@ -125,6 +125,8 @@ type FS struct {
 	caches *lower.Caches
 
 	statsL net.Listener
+	// root is the mount's root directory, once mounted.
+	root *node
 	// uring serves requests over io_uring where the kernel takes it
 	// (uring.go); nil when it was not asked for, and transport says why.
 	uring     *uringServer
@@ -284,6 +286,7 @@ func (f *FS) ReadOnly() bool { return f.upper == nil }
 func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 	errLog.Store(f.log)
 	root := f.newRoot()
+	f.root = root
 	opts := f.fsOptions()
 	f.raw = &rawFS{RawFileSystem: fs.NewNodeFS(root, opts), stats: &f.stats, noOpen: f.io.noOpen}
 	switch {

@@ -29,11 +29,12 @@ import (
 // buffers and, with one io_uring_enter, commits the answer and waits for
 // the entry's next request (FUSE_IO_URING_CMD_COMMIT_AND_FETCH).
 //
-// goverlay serves each queue from one thread pinned to the queue's CPU, so
-// a request is answered on the CPU that asked: no wakeup crosses CPUs,
-// which on a virtual machine is most of a request's cost
-// (docs/BENCHMARKS.md, "Two CPUs, one round trip"). A thread answers its
-// requests one after the other, as libfuse's io_uring threads do.
+// goverlay serves each queue from threads pinned to the queue's CPU, so a
+// request is answered on the CPU that asked: no wakeup crosses CPUs, which
+// on a virtual machine is most of a request's cost (docs/BENCHMARKS.md,
+// "Two CPUs, one round trip"). A thread answers its requests one after the
+// other, as libfuse's io_uring threads do; the queue's other thread takes
+// the requests that come while one is busy (threadsPerCPU).
 //
 // Still on /dev/fuse, served by go-fuse's readers: INIT, FORGET and
 // BATCH_FORGET, INTERRUPT, and what goverlay tells the kernel
@@ -81,10 +82,18 @@ const (
 	opInit        = 26 // FUSE_INIT
 )
 
-// ringDepth is how many entries each queue registers. The thread answers
-// them one at a time; a second entry lets the kernel place the next
-// request while the thread answers the current one.
-const ringDepth = 2
+// threadsPerCPU threads serve each CPU's queue, each with its own ring and
+// ringDepth entries. A thread answers its requests one after the other, so
+// a request that takes long (the copy-up of a large file, an fsync) would
+// hold up every request from its CPU behind it; with a second thread, the
+// kernel puts the next request in that thread's entry (the queue hands out
+// any available entry, fuse_uring_queue_fuse_req()), and on the same CPU.
+// Two threads of one entry each measured as fast as one thread of two on
+// a copy of 5,247 files (docs/BENCHMARKS.md).
+const (
+	threadsPerCPU = 2
+	ringDepth     = 1
+)
 
 // maxWrite is the largest WRITE the kernel may send (go-fuse's default,
 // set explicitly because a ring's payload buffers are sized by it).
@@ -111,8 +120,7 @@ type uringServer struct {
 	stopOnce sync.Once
 }
 
-// ringQueue is one CPU's queue: its ring, its entries and the thread
-// serving them.
+// ringQueue is one thread serving a CPU's queue: its ring and its entries.
 type ringQueue struct {
 	s     *uringServer
 	qid   int
@@ -164,8 +172,8 @@ func uringOffered() bool {
 	return err == nil && strings.TrimSpace(string(b)) == "Y"
 }
 
-// startUring prepares a queue per possible CPU: each on its own thread,
-// pinned to its CPU, with its ring and buffers. It returns once all are
+// startUring prepares the queue of every possible CPU: threadsPerCPU
+// threads pinned to the CPU, each with its ring and buffers. It returns once all are
 // ready, or the first error (and no queue then).
 func startUring(logger *log.Logger, opts fuse.MountOptions) (*uringServer, error) {
 	if err := deviceFDReachable(); err != nil {
@@ -185,15 +193,17 @@ func startUring(logger *log.Logger, opts fuse.MountOptions) (*uringServer, error
 		payload: max(8192, (opts.MaxWrite+page-1)/page*page),
 	}
 	s.opts.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
-	ready := make(chan error, ncpu)
+	ready := make(chan error, ncpu*threadsPerCPU)
 	for qid := range ncpu {
-		q := &ringQueue{s: s, qid: qid, start: make(chan ringStart, 1)}
-		s.queues = append(s.queues, q)
-		s.done.Add(1)
-		go q.run(ready)
+		for range threadsPerCPU {
+			q := &ringQueue{s: s, qid: qid, start: make(chan ringStart, 1)}
+			s.queues = append(s.queues, q)
+			s.done.Add(1)
+			go q.run(ready)
+		}
 	}
 	var first error
-	for range ncpu {
+	for range ncpu * threadsPerCPU {
 		if err := <-ready; err != nil && first == nil {
 			first = err
 		}
@@ -274,7 +284,7 @@ func (s *uringServer) serve(srv *fuse.Server, fs fuse.RawFileSystem) {
 	case err != nil:
 		failed = err
 	case failed == nil:
-		s.setWhy(fmt.Sprintf("io_uring (%d queues, one per CPU)", len(s.queues)))
+		s.setWhy(fmt.Sprintf("io_uring (%d queues, one per CPU, %d threads each)", len(s.queues)/threadsPerCPU, threadsPerCPU))
 		return
 	}
 	s.setWhy("/dev/fuse (io_uring refused: " + failed.Error() + ")")

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -204,5 +206,90 @@ func TestUringRefusedFallsBack(t *testing.T) {
 	uringWorkload(t, mnt)
 	if s := f.Stats(); s.RingRequests != 0 || !strings.Contains(s.Transport, "injected") {
 		t.Errorf("transport %q, %d requests over io_uring; want /dev/fuse after the injected failure", s.Transport, s.RingRequests)
+	}
+}
+
+// onCPU0 runs fn on a thread pinned to CPU 0, so that the requests it
+// makes go to CPU 0's queue.
+func onCPU0(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		// Not unlocked: the pinned thread ends with the goroutine.
+		runtime.LockOSThread()
+		var set unix.CPUSet
+		set.Set(0)
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			errc <- err
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+func TestUringSlowRequestDoesNotStallItsCPU(t *testing.T) {
+	// A request that waits (here: a chmod whose copy-up waits for the
+	// node's copyMu, which the test holds) takes one of CPU 0's queue
+	// threads; lookups from CPU 0 must still be answered, by the other.
+	o := uringLayers(t)
+	for i := range 20 {
+		write(t, filepath.Join(o.Lower[0], fmt.Sprintf("o%d", i)), "x")
+	}
+	mnt, f := mountOffered(t, o)
+	if s := f.Stats(); !strings.HasPrefix(s.Transport, "io_uring") {
+		t.Fatalf("transport %q, want io_uring", s.Transport)
+	}
+	slow := filepath.Join(mnt, "lowerfile")
+	if _, err := os.Stat(slow); err != nil {
+		t.Fatal(err)
+	}
+	n := f.root.GetChild("lowerfile").Operations().(*node)
+	n.copyMu.Lock()
+	locked := true
+	unlock := func() {
+		if locked {
+			n.copyMu.Unlock()
+			locked = false
+		}
+	}
+	defer unlock()
+	chmodDone := make(chan error, 1)
+	go func() { chmodDone <- onCPU0(func() error { return unix.Chmod(slow, 0o600) }) }()
+	// Twenty lookups of new names from CPU 0, over a second, so that
+	// most come while the chmod waits in its handler.
+	looked := make(chan error, 1)
+	go func() {
+		looked <- onCPU0(func() error {
+			for i := range 20 {
+				if _, err := os.Stat(filepath.Join(mnt, fmt.Sprintf("o%d", i))); err != nil {
+					return err
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			return nil
+		})
+	}()
+	stalled := false
+	select {
+	case err := <-looked:
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(30 * time.Second):
+		stalled = true
+		t.Errorf("lookups from CPU 0 waited behind a request that waits")
+	}
+	select {
+	case err := <-chmodDone:
+		t.Errorf("the chmod ended (%v) while its copy-up could not start", err)
+		return
+	default:
+	}
+	unlock()
+	if err := <-chmodDone; err != nil {
+		t.Error(err)
+	}
+	if stalled {
+		<-looked
 	}
 }
