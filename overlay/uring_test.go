@@ -8,47 +8,24 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/tests/testutil/uringswitch"
 )
-
-const enableUringParam = "/sys/module/fuse/parameters/enable_uring"
-
-// uringMu and a lock file shared with tests/testutil serialise the mounts
-// that switch enable_uring on, in this process and across test processes.
-var uringMu sync.Mutex
 
 // mountOffered mounts o with mountFS while the kernel offers FUSE over
 // io_uring, and puts enable_uring back as it was. It skips the test where
 // the kernel has no FUSE over io_uring.
-func mountOffered(t *testing.T, o Options) (string, *FS) {
+func mountOffered(t *testing.T, o Options) (mnt string, f *FS) {
 	t.Helper()
-	if os.Getuid() != 0 {
-		t.Skip("switching enable_uring needs root")
+	if ok, why := uringswitch.Available(); !ok {
+		t.Skip(why)
 	}
-	old, err := os.ReadFile(enableUringParam)
-	if err != nil {
-		t.Skip("this kernel has no FUSE over io_uring")
-	}
-	uringMu.Lock()
-	defer uringMu.Unlock()
-	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "goverlay-tests-enable-uring.lock"), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	old, _ = os.ReadFile(enableUringParam)
-	if err := os.WriteFile(enableUringParam, []byte("Y"), 0); err != nil {
-		t.Fatal(err)
-	}
-	defer os.WriteFile(enableUringParam, old, 0)
-	return mountFS(t, o)
+	uringswitch.Offered(t, func() { mnt, f = mountFS(t, o) })
+	return mnt, f
 }
 
 func TestDeviceFDReachable(t *testing.T) {

@@ -1,0 +1,65 @@
+// Package uringswitch lets tests mount while the kernel offers FUSE over
+// io_uring. It imports nothing of goverlay's, so that the overlay
+// package's own tests can use it as well as tests/testutil.
+package uringswitch
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// Param is the fuse module's switch for FUSE over io_uring: the kernel
+// offers it in INIT only while it is Y, and a mount that took it keeps it
+// after the switch goes back.
+const Param = "/sys/module/fuse/parameters/enable_uring"
+
+// mu serialises this process's callers of Offered; a lock file does the
+// same across test processes, so that one of them putting the switch back
+// does not take it from another's mount.
+var mu sync.Mutex
+
+// Available reports whether the kernel has FUSE over io_uring, and why
+// not.
+func Available() (bool, string) {
+	if os.Getuid() != 0 {
+		return false, "switching enable_uring needs root"
+	}
+	if _, err := os.Stat(Param); err != nil {
+		return false, "this kernel has no FUSE over io_uring (Linux 6.14+, CONFIG_FUSE_IO_URING)"
+	}
+	return true, ""
+}
+
+// Offered runs fn while the kernel offers FUSE over io_uring to new mounts,
+// and then puts the switch back as it was.
+func Offered(t testing.TB, fn func()) {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "goverlay-tests-enable-uring.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	old, err := os.ReadFile(Param)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(Param, []byte("Y"), 0); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := os.WriteFile(Param, old, 0); err != nil {
+			t.Errorf("put %s back to %s: %v", Param, strings.TrimSpace(string(old)), err)
+		}
+	}()
+	fn()
+}
