@@ -282,7 +282,7 @@ func TestRemountAtOnce(t *testing.T) {
 					// A copy of its mount in the namespace of another
 					// test's process (podman, unshare) keeps a daemon
 					// alive, as the kernel wants.
-					if !d.p.Wait(10*time.Second) && testutil.DetachCopies(t, d.dir, d.dev) {
+					if !d.p.Wait(10*time.Second) && testutil.DetachCopiesAt(t, d.dir, d.dev) {
 						d.p.Wait(10 * time.Second)
 					}
 					if d.p.Alive() {
@@ -338,7 +338,7 @@ func TestRemountAtOnce(t *testing.T) {
 				// A copy of the mount that another test's process
 				// (podman, unshare) took into its namespace would
 				// keep this daemon, and the upperdir, for good.
-				testutil.DetachCopies(t, dir, daemons[len(daemons)-1].dev)
+				testutil.DetachCopiesAt(t, dir, daemons[len(daemons)-1].dev)
 			}
 		})
 	}

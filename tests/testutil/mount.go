@@ -218,6 +218,20 @@ func (m *Mounted) detachCopies(t testing.TB) bool {
 // was on dir, for tests that track their daemons themselves.
 func DetachCopies(t testing.TB, dir string, dev uint64) bool {
 	t.Helper()
+	return detachCopies(t, dir, dev, false)
+}
+
+// DetachCopiesAt is DetachCopies for a mount that may be gone already,
+// whose device number the kernel may have given to another FUSE mount
+// since: a copy counts only if it is a goverlay mount at dir, as the
+// copies that namespaces made of it are.
+func DetachCopiesAt(t testing.TB, dir string, dev uint64) bool {
+	t.Helper()
+	return detachCopies(t, dir, dev, true)
+}
+
+func detachCopies(t testing.TB, dir string, dev uint64, strict bool) bool {
+	t.Helper()
 	if dev == 0 {
 		return false
 	}
@@ -240,6 +254,12 @@ func DetachCopies(t testing.TB, dir string, dev uint64) bool {
 			f := strings.Fields(line)
 			if len(f) < 5 || !strings.Contains(line, want) {
 				continue
+			}
+			if strict {
+				_, after, _ := strings.Cut(line, " - ")
+				if unescapeMountinfo(f[4]) != dir || !strings.HasPrefix(after, "fuse.goverlay ") {
+					continue
+				}
 			}
 			found = true
 			err := detachIn(p, unescapeMountinfo(f[4]))
