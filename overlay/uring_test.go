@@ -217,9 +217,13 @@ func TestUringSlowRequestDoesNotStallItsCPU(t *testing.T) {
 		t.Fatalf("transport %q, want io_uring", s.Transport)
 	}
 	slow := filepath.Join(mnt, "lowerfile")
-	if _, err := os.Stat(slow); err != nil {
+	// Held open, so that the kernel keeps the inode (no FORGET, even if
+	// another test drops the caches) and the chmod reaches this node.
+	hold, err := os.Open(slow)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer hold.Close()
 	n := f.root.GetChild("lowerfile").Operations().(*node)
 	n.copyMu.Lock()
 	locked := true
