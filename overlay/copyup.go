@@ -146,6 +146,7 @@ func (n *node) copyUp(ctx context.Context, kind copyKind) error {
 			return err
 		}
 	}
+	n.ofs.hooks.beforePublish.run(name)
 	if err := n.ofs.upper.CopyUp(src, pd, name, kind != copyNoData, ino); err != nil {
 		if meta && src.Data == nil {
 			data.Close()

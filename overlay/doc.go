@@ -24,7 +24,8 @@
 //     node's copyMu, then its parent's (upperDir copies the ancestors
 //     first): child before parent, and copy-up only walks up the tree, so
 //     it cannot cycle. An unlink holds the file's copyMu from its lookup to
-//     the removal (remove.go). A metacopy file's data copy-in holds it,
+//     the removal (remove.go), and a rename the copyMu of the file it
+//     replaces, taken after its own copy-ups (rename.go). A metacopy file's data copy-in holds it,
 //     and its locMu for reading while the data is copied (metacopy.go).
 //  2. node.locMu is held for reading while a name of the node is used for a
 //     system call, and for writing while a copy-up, rename or unlink

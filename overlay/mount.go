@@ -149,6 +149,8 @@ type FS struct {
 	redirectWarned atomic.Int64
 	// metacopyWarned is the same for metacopy files (warnMetacopy).
 	metacopyWarned atomic.Int64
+	// hooks are the tests' (hooks.go).
+	hooks hooks
 }
 
 // ErrInUse is New's error when the upperdir or workdir belongs to another

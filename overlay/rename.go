@@ -221,6 +221,19 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if err != nil {
 		return errno(err)
 	}
+	// A file renamed over is not copied up while the rename looks at the
+	// target and replaces it, as with unlink (remove): a copy-up that had
+	// chosen the name before the rename would publish over the file
+	// moved there, or meet it. Taken after the copy-ups above, so that
+	// the rename holds one copyMu at a time.
+	var replaced *node
+	if dst == nil && dstExists && !dstE.IsDir() {
+		if in := np.GetChild(newName); in != nil {
+			replaced = in.Operations().(*node)
+			replaced.copyMu.Lock()
+			defer replaced.copyMu.Unlock()
+		}
+	}
 	// A directory landing on a name that a lower directory has must not
 	// merge with it; a redirected one merges with what its redirect says.
 	// The kernel marks an upper-only directory moved into a merged
@@ -269,12 +282,6 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	// The nodes whose names change: no syscall may use a name of theirs
 	// between the rename and the record of it (locMu).
-	var replaced *node
-	if dst == nil && dstExists && !dstE.IsDir() {
-		if in := np.GetChild(newName); in != nil {
-			replaced = in.Operations().(*node)
-		}
-	}
 	unlock := lockNames(src, dst, replaced)
 	defer unlock()
 	keep := replaced.keepIfOpen(dd, newName)

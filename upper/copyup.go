@@ -49,8 +49,11 @@ func (src *Source) openData() (int, error) {
 // regular file is copied empty. ino, when not zero, is recorded so that the
 // object keeps its inode number across remounts (InoXattr).
 //
-// If another copy-up of the same object won the race, CopyUp removes its
-// own copy and returns nil: the object is in the upper layer either way.
+// If another copy-up of the same directory won the race, CopyUp removes its
+// own copy and returns nil: the directory is in the upper layer either
+// way. A non-directory already holding the name is EEXIST: the caller
+// serialises the copy-ups of one file, so that is another file (one
+// renamed there), which must not be taken for this one.
 func (l *Layer) CopyUp(src Source, dst *lower.Dir, name string, data bool, ino uint64) error {
 	tmp := l.tmpName()
 	if err := l.build(src, tmp, data); err != nil {
@@ -78,8 +81,11 @@ func (l *Layer) CopyUp(src Source, dst *lower.Dir, name string, data bool, ino u
 	err = unix.Renameat2(l.wfd, tmp, dfd, name, unix.RENAME_NOREPLACE)
 	if err != nil {
 		removeAll(l.Work, tmp)
-		if errors.Is(err, unix.EEXIST) {
-			return nil
+		if errors.Is(err, unix.EEXIST) && src.Stat.Mode&unix.S_IFMT == unix.S_IFDIR {
+			var st unix.Stat_t
+			if unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				return nil
+			}
 		}
 		return fmt.Errorf("copy up %q: publish: %w", name, err)
 	}

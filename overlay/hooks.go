@@ -1,0 +1,26 @@
+package overlay
+
+import "sync/atomic"
+
+// hooks stop a request at a point where a test of a race has another
+// request meet it. They are unset outside tests.
+type hooks struct {
+	// beforePublish runs when a file's copy-up has chosen its name in
+	// the upper layer and is about to build and publish its copy there.
+	beforePublish hook
+}
+
+// hook is one of the hooks, called with the name the request works on.
+type hook struct {
+	f atomic.Pointer[func(name string)]
+}
+
+// set makes f the hook.
+func (h *hook) set(f func(name string)) { h.f.Store(&f) }
+
+// run calls the hook, if one is set.
+func (h *hook) run(name string) {
+	if f := h.f.Load(); f != nil {
+		(*f)(name)
+	}
+}
