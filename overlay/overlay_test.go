@@ -9,7 +9,10 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/tests/testutil/uringswitch"
 )
 
 // mountT mounts an overlay in-process, so that -race sees both the test and
@@ -32,7 +35,8 @@ func mountFS(t testing.TB, o Options) (string, *FS) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := f.Mount(mnt)
+	var srv *fuse.Server
+	uringswitch.Withheld(t, func() { srv, err = f.Mount(mnt) })
 	if err != nil {
 		f.Close()
 		t.Fatal(err)

@@ -119,10 +119,13 @@ func TestForeground(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, testutil.Binary(t), "-f", "-o", "lowerdir="+lower, mnt)
 	cmd.Stdout, cmd.Stderr = out, out
-	must(t, cmd.Start())
 	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
+	var waitErr, mountErr error
+	testutil.WithUringWithheld(t, func() {
+		must(t, cmd.Start())
+		go func() { waitErr = cmd.Wait(); close(exited) }()
+		mountErr = testutil.WaitMounted(mnt, cmdTimeout, exited)
+	})
 	t.Cleanup(func() {
 		// Whatever happened, leave nothing behind: kill the process
 		// (a no-op once it exited), then detach a mount it left.
@@ -132,7 +135,7 @@ func TestForeground(t *testing.T) {
 			unix.Unmount(mnt, unix.MNT_DETACH)
 		}
 	})
-	if err := testutil.WaitMounted(mnt, cmdTimeout, exited); err != nil {
+	if err := mountErr; err != nil {
 		log, _ := os.ReadFile(out.Name())
 		t.Fatalf("goverlay -f: %v\n%s", err, log)
 	}

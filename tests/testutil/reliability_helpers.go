@@ -15,6 +15,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/tests/testutil/uringswitch"
 )
 
 // Helpers of the reliability and security tests (tests/reliability): a
@@ -90,7 +92,7 @@ func MountWith(t testing.TB, o Options, c MountConfig) *Mounted {
 	if uring {
 		WithUringOffered(t, func() { err = cmd.Run() })
 	} else {
-		err = cmd.Run()
+		uringswitch.Withheld(t, func() { err = cmd.Run() })
 	}
 	if err != nil {
 		if ctx.Err() != nil {

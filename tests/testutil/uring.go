@@ -41,6 +41,14 @@ func WithUringOffered(t testing.TB, fn func()) {
 	uringswitch.Offered(t, fn)
 }
 
+// WithUringWithheld runs fn, which starts a mount that did not ask for
+// io_uring, while no test offers it (uringswitch.Withheld). Mount, MountWith
+// and Run of the binary do this themselves.
+func WithUringWithheld(t testing.TB, fn func()) {
+	t.Helper()
+	uringswitch.Withheld(t, fn)
+}
+
 // CheckUring fails the test unless m serves its requests over io_uring.
 func CheckUring(t testing.TB, m *Mounted) {
 	t.Helper()

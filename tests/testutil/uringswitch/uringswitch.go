@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -20,8 +21,23 @@ const Param = "/sys/module/fuse/parameters/enable_uring"
 
 // mu serialises this process's callers of Offered; a lock file does the
 // same across test processes, so that one of them putting the switch back
-// does not take it from another's mount.
+// does not take it from another's mount. Withheld holds the lock file
+// shared, so that no test mounts while another offers io_uring unless it
+// asked for io_uring itself.
 var mu sync.Mutex
+
+// offering is set while this process offers io_uring (Offered).
+var offering atomic.Bool
+
+// lockFile opens the lock file the test processes share.
+func lockFile(t testing.TB) *os.File {
+	t.Helper()
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "goverlay-tests-enable-uring.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lock
+}
 
 // Available reports whether the kernel has FUSE over io_uring, and why
 // not.
@@ -41,10 +57,7 @@ func Offered(t testing.TB, fn func()) {
 	t.Helper()
 	mu.Lock()
 	defer mu.Unlock()
-	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "goverlay-tests-enable-uring.lock"), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := lockFile(t)
 	defer lock.Close()
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
 		t.Fatal(err)
@@ -61,5 +74,27 @@ func Offered(t testing.TB, fn func()) {
 			t.Errorf("put %s back to %s: %v", Param, strings.TrimSpace(string(old)), err)
 		}
 	}()
+	offering.Store(true)
+	defer offering.Store(false)
+	fn()
+}
+
+// Withheld runs fn, a mount that did not ask for io_uring, while no test
+// process offers it: goverlay takes io_uring wherever the kernel offers it,
+// and a mount made while another test offers it would serve its requests
+// over io_uring where its test expects /dev/fuse. A mount made inside
+// Offered (this process offering) runs at once: the tests that offer
+// io_uring run alone in their process.
+func Withheld(t testing.TB, fn func()) {
+	t.Helper()
+	if offering.Load() {
+		fn()
+		return
+	}
+	lock := lockFile(t)
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_SH); err != nil {
+		t.Fatal(err)
+	}
 	fn()
 }
