@@ -251,7 +251,8 @@ func (f *FS) Close() {
 	if f.statsL != nil {
 		f.statsL.Close()
 	}
-	// The kernel ended the rings' entries at the unmount.
+	// The kernel ended the rings' entries at the unmount, unless the
+	// mount lives on elsewhere (uringServer.wait).
 	f.uring.wait()
 	if f.upper != nil {
 		// Files opened without a request are removed from the

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -118,7 +119,14 @@ type uringServer struct {
 	why atomic.Pointer[string]
 	// stopOnce ends the queues that never started.
 	stopOnce sync.Once
+	// closing tells the queues' threads to end although the kernel has
+	// not ended their entries (wait).
+	closing atomic.Bool
 }
+
+// ringEndGrace is how long wait lets the kernel end the rings' entries
+// before it ends the queues' threads itself.
+const ringEndGrace = 2 * time.Second
 
 // ringQueue is one thread serving a CPU's queue: its ring and its entries.
 type ringQueue struct {
@@ -128,6 +136,10 @@ type ringQueue struct {
 	ring  *ioRing
 	ents  []ringEntry
 	mem   [][]byte // mappings to unmap at the end
+	// tid is the queue's thread, for wait to interrupt; ended is set
+	// once the thread is done with it.
+	tid   atomic.Int32
+	ended atomic.Bool
 }
 
 // ringStart is what a queue needs to register: the /dev/fuse descriptor
@@ -227,10 +239,43 @@ func (s *uringServer) stop() {
 	})
 }
 
-// wait waits for the queues' threads to end.
+// wait waits for the queues' threads to end. The kernel ends the rings'
+// entries when the connection ends, which is at the unmount unless the
+// mount lives on elsewhere (bound into another mount namespace, or into
+// one of its own layers): then only the daemon's exit ends it, and wait
+// must not keep the daemon from exiting. After ringEndGrace it has each
+// thread's io_uring_enter interrupted (SIGURG, which the Go runtime
+// ignores but for preemption) until the thread sees closing and ends;
+// closing a ring cancels its entries' commands.
 func (s *uringServer) wait() {
-	if s != nil {
+	if s == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
 		s.done.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return
+	case <-time.After(ringEndGrace):
+	}
+	s.closing.Store(true)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	pid := unix.Getpid()
+	for {
+		for _, q := range s.queues {
+			if tid := q.tid.Load(); tid != 0 && !q.ended.Load() {
+				unix.Tgkill(pid, int(tid), unix.SIGURG)
+			}
+		}
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
 	}
 }
 
@@ -321,6 +366,8 @@ func (q *ringQueue) run(ready chan<- error) {
 	// Never unlocked: the thread is pinned, so it ends with the
 	// goroutine rather than go back to the scheduler.
 	runtime.LockOSThread()
+	q.tid.Store(int32(unix.Gettid()))
+	defer q.ended.Store(true)
 	var cpu unix.CPUSet
 	cpu.Set(q.qid)
 	// A possible CPU that is not online, or not in the daemon's cpuset,
@@ -364,6 +411,7 @@ func (q *ringQueue) setup() error {
 	if err != nil {
 		return err
 	}
+	r.closing = &q.s.closing
 	q.ring = r
 	// Headers and their iovecs in one mapping, 512 bytes an entry; the
 	// payloads in another, touched only as requests fill them.
@@ -460,6 +508,9 @@ func (q *ringQueue) loop(fd int, ps *fuse.ProtocolServer) {
 	live := len(q.ents)
 	for live > 0 {
 		if err := q.ring.submit(1); err != nil {
+			if errors.Is(err, errRingClosing) {
+				return
+			}
 			// The entries stay with the kernel; the mount's requests
 			// from this CPU wait until it is unmounted.
 			q.s.log.Printf("io_uring queue %d: %v", q.qid, err)
@@ -598,7 +649,13 @@ type ioRing struct {
 	cqes                   unsafe.Pointer
 	tail                   uint32 // SQEs prepared, published at submit
 	single                 bool   // one mapping for both rings
+	// closing, when set, makes an interrupted submit end with
+	// errRingClosing (uringServer.wait).
+	closing *atomic.Bool
 }
+
+// errRingClosing is submit's error when the server ends its queues.
+var errRingClosing = errors.New("io_uring queue ends")
 
 // ioUringParams is struct io_uring_params.
 type ioUringParams struct {
@@ -699,6 +756,9 @@ func (r *ioRing) submit(wait uint32) error {
 			}
 			return nil
 		case unix.EINTR, unix.EAGAIN, unix.EBUSY:
+			if e == unix.EINTR && r.closing != nil && r.closing.Load() {
+				return errRingClosing
+			}
 			// A signal (the Go runtime's preemption), or the kernel
 			// asking to reap first: submit the rest and wait again.
 			if wait == 0 && atomic.LoadUint32(r.sqHead) == r.tail {

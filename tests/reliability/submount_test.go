@@ -112,17 +112,23 @@ func TestMountInLayer(t *testing.T) {
 // TestOwnMountInLower: the overlay's mountpoint bound into its own lower
 // layer is not walked into (the overlay would contain itself without
 // end), and once the bind is detached and the overlay unmounted, the
-// daemon exits; with the bind still there, SIGTERM ends it.
+// daemon exits; with the bind still there, SIGTERM ends it, also when
+// the mount serves its requests over io_uring (whose entries the kernel
+// ends only with the connection, which outlives the unmount here).
 func TestOwnMountInLower(t *testing.T) {
 	testutil.RequireRoot(t)
 	build := func(l []*testutil.Layer, _ *testutil.Layer) {
 		l[0].File("sub/own", "lower's own\n", 0o644)
 	}
-	for _, end := range []string{"umount", "sigterm"} {
+	for _, end := range []string{"umount", "sigterm", "sigterm-io_uring"} {
 		t.Run(end, func(t *testing.T) {
+			uring := end == "sigterm-io_uring"
+			if uring {
+				testutil.NeedUring(t)
+			}
 			t.Parallel()
 			s := newStack(t, 1, build)
-			g := mountG(t, s)
+			g := testutil.MountWith(t, s.opts(), testutil.MountConfig{Uring: uring})
 			sub := filepath.Join(s.lower[0], "sub")
 			mountAt(t, sub, "--bind", g.Dir)
 			if got := names(filepath.Join(g.Dir, "sub")); got != "own" {
@@ -137,7 +143,7 @@ func TestOwnMountInLower(t *testing.T) {
 					t.Fatal(err)
 				}
 				g.Unmount(t)
-			case "sigterm":
+			case "sigterm", "sigterm-io_uring":
 				if err := g.Proc().Signal(unix.SIGTERM); err != nil {
 					t.Fatal(err)
 				}
