@@ -8,6 +8,9 @@ type hooks struct {
 	// beforePublish runs when a file's copy-up has chosen its name in
 	// the upper layer and is about to build and publish its copy there.
 	beforePublish hook
+	// beforeDataIn runs when a metacopy file's data copy-in is about to
+	// copy the data.
+	beforeDataIn hook
 }
 
 // hook is one of the hooks, called with the name the request works on.

@@ -54,8 +54,22 @@ func (n *node) copyDataIn(kind copyKind) error {
 	}
 	n.locMu.RLock()
 	par, name := n.location()
-	// The number it reported came from its lower file: keep it.
-	err := n.ofs.upper.CopyDataIn(par.Dir, name, data, kind == copyData, n.StableAttr().Ino)
+	// The number it reported came from its lower file: keep it. With
+	// the writeback cache the kernel keeps the file's mtime, and may have
+	// set it (a SETATTR served before the WRITE that copies the data
+	// in): the copy keeps it, under timesMu (after locMu, doc.go), so
+	// that no SETATTR of the times falls between its stat and its
+	// restoring of the mtime.
+	o := upper.DataInOptions{Data: kind == copyData, Ino: n.StableAttr().Ino}
+	n.ofs.hooks.beforeDataIn.run(name)
+	if n.ofs.writeback.Load() {
+		o.KeepMtime = true
+		n.timesMu.Lock()
+	}
+	err := n.ofs.upper.CopyDataIn(par.Dir, name, data, o)
+	if o.KeepMtime {
+		n.timesMu.Unlock()
+	}
 	n.locMu.RUnlock()
 	if err != nil {
 		return err

@@ -2,6 +2,8 @@ package overlay
 
 import (
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,5 +80,54 @@ func TestCopyUpRacingRenameOver(t *testing.T) {
 	}
 	if _, err := os.Lstat(mnt + "/b"); !os.IsNotExist(err) {
 		t.Errorf("b after the rename: %v", err)
+	}
+}
+
+// TestDataCopyInAfterTimesKeepsThem: with the writeback cache, the kernel
+// keeps a file's mtime and flushes it in a SETATTR which, without waiting
+// for the write-back (syncfs's first pass, the flusher), is in flight
+// together with the WRITE of the pages. Here the WRITE of a metacopy file,
+// which copies its data in, is held until that SETATTR has been served:
+// the copy-in must keep the mtime it set, so that the upper file ends with
+// the time the mount shows.
+func TestDataCopyInAfterTimesKeepsThem(t *testing.T) {
+	lo, up, work := t.TempDir(), t.TempDir(), t.TempDir()
+	write(t, lo+"/f", strings.Repeat("lower data ", 1000))
+	mnt, f := mountFS(t, Options{Lower: []string{lo}, Upper: up, Work: work, Metacopy: true, Writeback: WritebackOn})
+	if !f.io.writeback {
+		t.Skipf("no writeback cache: %s", f.io.why)
+	}
+	if err := os.Chmod(mnt+"/f", 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.Lgetxattr(up+"/f", "trusted.overlay.metacopy", nil); err != nil {
+		t.Fatalf("the chmod made no metacopy file: %v", err)
+	}
+	var once sync.Once
+	f.hooks.beforeDataIn.set(func(name string) {
+		once.Do(func() { time.Sleep(300 * time.Millisecond) })
+	})
+	fd := openT(t, mnt+"/f", unix.O_RDWR)
+	defer unix.Close(fd)
+	pwriteT(t, fd, "written", 0)
+	if err := unix.Syncfs(fd); err != nil {
+		t.Fatal(err)
+	}
+	// syncfs returns with the WRITE still in flight; fsync waits for it.
+	if err := unix.Fsync(fd); err != nil {
+		t.Fatal(err)
+	}
+	var live, disk unix.Stat_t
+	if err := unix.Fstat(fd, &live); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(up+"/f", &disk); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.Lgetxattr(up+"/f", "trusted.overlay.metacopy", nil); err == nil {
+		t.Fatal("the write did not copy the data in")
+	}
+	if live.Mtim != disk.Mtim {
+		t.Errorf("mtime shown %d.%09d, upper file's %d.%09d", live.Mtim.Sec, live.Mtim.Nsec, disk.Mtim.Sec, disk.Mtim.Nsec)
 	}
 }

@@ -55,18 +55,30 @@ func originFH(d *lower.Dir, name string) ([]byte, bool) {
 	return append(fb, h.Bytes()...), true
 }
 
+// DataInOptions say what CopyDataIn does beyond removing the metacopy
+// mark.
+type DataInOptions struct {
+	// Data copies the data; without it (an open with O_TRUNC, which
+	// discards the data) nothing is copied.
+	Data bool
+	// KeepMtime puts the file's mtime back after the copy: with the
+	// kernel's writeback cache the kernel keeps the mtime itself and may
+	// have set it already, and the copy is not a change of the file.
+	KeepMtime bool
+	// Ino, when not zero, is recorded as CopyUp records it.
+	Ino uint64
+}
+
 // CopyDataIn copies the data of metacopy file name of upper directory d
 // into it, in place, from data, and makes it a file of its own (Linux:
 // fs/overlayfs/copy_up.c ovl_copy_up_meta_inode_data()): the commit point is
 // the removal of overlay.metacopy, before which the data is synced (unless
 // fsync=0), so that a crash leaves a file that still reads the lower data.
-// Without withData (an open with O_TRUNC, which discards the data) nothing
-// is copied. ino, when not zero, is recorded as CopyUp records it, in place
-// of overlay.origin: the file no longer reports its lower file's number by
-// itself. Writing the file would remove security.capability (and, for a
-// daemon without CAP_FSETID, suid and sgid): they are put back, as the
-// kernel puts the capability back.
-func (l *Layer) CopyDataIn(d *lower.Dir, name string, data *lower.DataFile, withData bool, ino uint64) error {
+// The number in o.Ino is recorded in place of overlay.origin: the file no
+// longer reports its lower file's number by itself. Writing the file would
+// remove security.capability (and, for a daemon without CAP_FSETID, suid
+// and sgid): they are put back, as the kernel puts the capability back.
+func (l *Layer) CopyDataIn(d *lower.Dir, name string, data *lower.DataFile, o DataInOptions) error {
 	fd, err := d.Open(name, unix.O_WRONLY)
 	if err != nil {
 		return fmt.Errorf("copy up data of %q: %w", name, err)
@@ -76,11 +88,12 @@ func (l *Layer) CopyDataIn(d *lower.Dir, name string, data *lower.DataFile, with
 	if err := unix.Fstat(fd, &st); err != nil {
 		return err
 	}
-	if withData && st.Size > 0 {
-		if err := l.fillData(fd, &st, data); err != nil {
+	if o.Data && st.Size > 0 {
+		if err := l.fillData(fd, &st, data, o.KeepMtime); err != nil {
 			return fmt.Errorf("copy up data of %q: %w", name, err)
 		}
 	}
+	ino := o.Ino
 	if ino != 0 {
 		// Best effort, as in CopyUp. The number replaces the
 		// origin, as after any copy-up of goverlay's: both together
@@ -96,8 +109,9 @@ func (l *Layer) CopyDataIn(d *lower.Dir, name string, data *lower.DataFile, with
 	return nil
 }
 
-// fillData copies data's contents into fd, a metacopy file with stat st.
-func (l *Layer) fillData(fd int, st *unix.Stat_t, data *lower.DataFile) error {
+// fillData copies data's contents into fd, a metacopy file with stat st,
+// and with keepMtime puts st's mtime back.
+func (l *Layer) fillData(fd int, st *unix.Stat_t, data *lower.DataFile, keepMtime bool) error {
 	caps, capsErr := fgetxattr(fd, capabilityXattr)
 	err := copyOpened(fd, func() (int, error) { return data.Open(unix.O_RDONLY) }, st.Size)
 	if err != nil {
@@ -114,6 +128,12 @@ func (l *Layer) fillData(fd int, st *unix.Stat_t, data *lower.DataFile) error {
 	}
 	if after.Mode != st.Mode {
 		if err := unix.Fchmod(fd, st.Mode&07777); err != nil {
+			return err
+		}
+	}
+	if keepMtime {
+		ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, st.Mtim}
+		if err := unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH); err != nil {
 			return err
 		}
 	}

@@ -50,7 +50,7 @@ func TestCopyUpMetacopy(t *testing.T) {
 	}
 	defer data.Close()
 	noXattr(t, p, lower.TrustedPrefix+InoXattr)
-	if err := e.l.CopyDataIn(e.up.Root(), "f", data, true, 77); err != nil {
+	if err := e.l.CopyDataIn(e.up.Root(), "f", data, DataInOptions{Data: true, Ino: 77}); err != nil {
 		t.Fatal(err)
 	}
 	if got := readFile(t, p); got != content {
@@ -95,11 +95,41 @@ func TestCopyDataInWithoutData(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer data.Close()
-	if err := e.l.CopyDataIn(e.up.Root(), "f", data, false, 0); err != nil {
+	if err := e.l.CopyDataIn(e.up.Root(), "f", data, DataInOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	noXattr(t, e.upper("f"), lower.TrustedPrefix+lower.MetacopyXattr)
 	if st := lstat(t, e.upper("f")); st.Blocks*512 >= st.Size {
 		t.Errorf("data copied: %d blocks", st.Blocks)
+	}
+}
+
+// TestCopyDataInKeepMtime: with KeepMtime the data copied in leaves the
+// file's mtime as it was; without, the copy sets it.
+func TestCopyDataInKeepMtime(t *testing.T) {
+	for _, keep := range []bool{true, false} {
+		e := newEnv(t)
+		regularSource(t, e, "f", string(bytes.Repeat([]byte("data kept "), 10000)))
+		src := e.source(t, "f")
+		src.Meta = true
+		if err := e.l.CopyUp(src, e.up.Root(), "f", true, 0); err != nil {
+			t.Fatal(err)
+		}
+		set := unix.Timespec{Sec: 1_000_000_000, Nsec: 123}
+		if err := unix.UtimesNano(e.upper("f"), []unix.Timespec{set, set}); err != nil {
+			t.Fatal(err)
+		}
+		data, err := lower.NewDataFile(e.lo.Root(), "f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = e.l.CopyDataIn(e.up.Root(), "f", data, DataInOptions{Data: true, KeepMtime: keep})
+		data.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := lstat(t, e.upper("f")).Mtim; (got == set) != keep {
+			t.Errorf("KeepMtime %v: mtime %d.%09d after the copy, set before: %d.%09d", keep, got.Sec, got.Nsec, set.Sec, set.Nsec)
+		}
 	}
 }
