@@ -21,12 +21,21 @@ func TestWarmLookupsStayInKernel(t *testing.T) {
 			t.Fatalf("missing: %v", err)
 		}
 	}
-	stat()
-	lookups, getattrs := f.stats.lookups.Load(), f.stats.getattrs.Load()
-	for i := 0; i < 100; i++ {
+	// A drop_caches elsewhere on the machine (another package's tests)
+	// costs the next stats their lookups: a few tries, one of them
+	// without any.
+	var l, g uint64
+	for try := 0; try < 5; try++ {
 		stat()
+		lookups, getattrs := f.stats.lookups.Load(), f.stats.getattrs.Load()
+		for i := 0; i < 100; i++ {
+			stat()
+		}
+		if l, g = f.stats.lookups.Load()-lookups, f.stats.getattrs.Load()-getattrs; l == 0 && g == 0 {
+			break
+		}
 	}
-	if l, g := f.stats.lookups.Load()-lookups, f.stats.getattrs.Load()-getattrs; l != 0 || g != 0 {
+	if l != 0 || g != 0 {
 		t.Errorf("100 warm stats and misses sent %d lookups and %d getattrs, want 0", l, g)
 	}
 	if f.stats.fastExecDirs.Load() == 0 {

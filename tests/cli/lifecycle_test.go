@@ -147,8 +147,18 @@ func TestForeground(t *testing.T) {
 		t.Fatalf("goverlay -f returned while mounted: %v", waitErr)
 	default:
 	}
+	var st unix.Stat_t
+	must(t, unix.Stat(mnt, &st))
 	if err := testutil.Umount(mnt); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(testutil.DaemonExitTimeout):
+		// A copy of the mount in the namespace of another test's
+		// process (podman, unshare) keeps the daemon alive, as the
+		// kernel wants.
+		testutil.DetachCopiesAt(t, mnt, st.Dev)
 	}
 	<-exited // bounded by cmdTimeout through the context
 	if ctx.Err() != nil {
