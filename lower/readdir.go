@@ -2,6 +2,7 @@ package lower
 
 import (
 	"errors"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -80,6 +81,14 @@ func (c Chain) ReadDir() ([]DirEntry, error) {
 	}
 }
 
+// direntBufs holds ReadDirRaw's getdents buffers: a cold walk reads a
+// directory per lookup of a new directory, and a 32 KiB buffer each was
+// more than half of what the daemon allocated in it.
+var direntBufs = sync.Pool{New: func() any {
+	b := make([]byte, 32<<10)
+	return &b
+}}
+
 // ReadDirRaw reads the entries of the directory d as they are on disk,
 // whiteouts included, "." and ".." left out.
 func (d *Dir) ReadDirRaw() ([]DirEntry, error) {
@@ -94,7 +103,9 @@ func (d *Dir) ReadDirRaw() ([]DirEntry, error) {
 	}
 	defer unix.Close(fd)
 	var out []DirEntry
-	buf := make([]byte, 32<<10)
+	bp := direntBufs.Get().(*[]byte)
+	defer direntBufs.Put(bp)
+	buf := *bp
 	for {
 		n, err := unix.Getdents(fd, buf)
 		if errors.Is(err, unix.EINTR) {
