@@ -85,14 +85,19 @@ const (
 
 // threadsPerCPU threads serve each CPU's queue, each with its own ring and
 // ringDepth entries. A thread answers its requests one after the other, so
-// a request that takes long (the copy-up of a large file, an fsync) would
-// hold up every request from its CPU behind it; with a second thread, the
-// kernel puts the next request in that thread's entry (the queue hands out
-// any available entry, fuse_uring_queue_fuse_req()), and on the same CPU.
-// Two threads of one entry each measured as fast as one thread of two on
-// a copy of 5,247 files (docs/BENCHMARKS.md).
+// a request that takes long (the copy-up of a large file, an fsync, a
+// request waiting on such a copy-up) would hold up every request from its
+// CPU behind it; with more threads, the kernel puts the next request in
+// another thread's entry (the queue hands out any available entry,
+// fuse_uring_queue_fuse_req()), and on the same CPU. Up to three slow
+// requests from one CPU at once leave it a thread. The spare threads cost
+// nothing while no request is slow: the kernel hands out the entry made
+// available last (fuse_uring_ent_avail() puts it at the head of the
+// list), so the same thread keeps serving and the others sleep. Four
+// threads of one entry each measured as fast as two on a copy of 5,247
+// files (docs/BENCHMARKS.md).
 const (
-	threadsPerCPU = 2
+	threadsPerCPU = 4
 	ringDepth     = 1
 )
 

@@ -205,39 +205,46 @@ func onCPU0(fn func() error) error {
 }
 
 func TestUringSlowRequestDoesNotStallItsCPU(t *testing.T) {
-	// A request that waits (here: a chmod whose copy-up waits for the
-	// node's copyMu, which the test holds) takes one of CPU 0's queue
-	// threads; lookups from CPU 0 must still be answered, by the other.
+	// Requests that wait (here: chmods whose copy-ups wait for their
+	// nodes' copyMu, which the test holds) take all but one of CPU 0's
+	// queue threads; lookups from CPU 0 must still be answered, by the
+	// last one.
 	o := uringLayers(t)
 	for i := range 20 {
 		write(t, filepath.Join(o.Lower[0], fmt.Sprintf("o%d", i)), "x")
+	}
+	const slowN = threadsPerCPU - 1
+	for i := range slowN {
+		write(t, filepath.Join(o.Lower[0], fmt.Sprintf("slow%d", i)), "x")
 	}
 	mnt, f := mountOffered(t, o)
 	if s := f.Stats(); !strings.HasPrefix(s.Transport, "io_uring") {
 		t.Fatalf("transport %q, want io_uring", s.Transport)
 	}
-	slow := filepath.Join(mnt, "lowerfile")
-	// Held open, so that the kernel keeps the inode (no FORGET, even if
-	// another test drops the caches) and the chmod reaches this node.
-	hold, err := os.Open(slow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hold.Close()
-	n := f.root.GetChild("lowerfile").Operations().(*node)
-	n.copyMu.Lock()
-	locked := true
-	unlock := func() {
-		if locked {
+	var held []*node
+	defer func() {
+		for _, n := range held {
 			n.copyMu.Unlock()
-			locked = false
 		}
+	}()
+	chmodDone := make(chan error, slowN)
+	for i := range slowN {
+		slow := filepath.Join(mnt, fmt.Sprintf("slow%d", i))
+		// Held open, so that the kernel keeps the inode (no FORGET,
+		// even if another test drops the caches) and the chmod
+		// reaches this node.
+		hold, err := os.Open(slow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer hold.Close()
+		n := f.root.GetChild(fmt.Sprintf("slow%d", i)).Operations().(*node)
+		n.copyMu.Lock()
+		held = append(held, n)
+		go func() { chmodDone <- onCPU0(func() error { return unix.Chmod(slow, 0o600) }) }()
 	}
-	defer unlock()
-	chmodDone := make(chan error, 1)
-	go func() { chmodDone <- onCPU0(func() error { return unix.Chmod(slow, 0o600) }) }()
 	// Twenty lookups of new names from CPU 0, over a second, so that
-	// most come while the chmod waits in its handler.
+	// most come while the chmods wait in their handlers.
 	looked := make(chan error, 1)
 	go func() {
 		looked <- onCPU0(func() error {
@@ -258,17 +265,22 @@ func TestUringSlowRequestDoesNotStallItsCPU(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		stalled = true
-		t.Errorf("lookups from CPU 0 waited behind a request that waits")
+		t.Errorf("lookups from CPU 0 waited behind %d requests that wait", slowN)
 	}
 	select {
 	case err := <-chmodDone:
-		t.Errorf("the chmod ended (%v) while its copy-up could not start", err)
+		t.Errorf("a chmod ended (%v) while its copy-up could not start", err)
 		return
 	default:
 	}
-	unlock()
-	if err := <-chmodDone; err != nil {
-		t.Error(err)
+	for _, n := range held {
+		n.copyMu.Unlock()
+	}
+	held = nil
+	for range slowN {
+		if err := <-chmodDone; err != nil {
+			t.Error(err)
+		}
 	}
 	if stalled {
 		<-looked

@@ -590,4 +590,6 @@ func ctGoals(res *Result, suffix string, vsK, vsF *float64) [][]string {
 func init() {
 	allTargets = append(allTargets, &targetDef{name: "goverlay-baseline", kind: kindGoverlay, baseline: true,
 		desc: "goverlay with the defaults, from the --baseline binary (only when named)"})
+	allTargets = append(allTargets, &targetDef{name: "goverlay-baseline-uring", kind: kindGoverlay, baseline: true, uring: true,
+		desc: "goverlay-uring from the --baseline binary (only when named)"})
 }
