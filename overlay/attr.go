@@ -165,8 +165,7 @@ func (n *node) setattrAt(f fs.FileHandle, d *lower.Dir, name string, in *fuse.Se
 	}
 	if n.ofs.writeback.Load() {
 		// Not between keepMtime's fstat and futimens.
-		n.timesMu.Lock()
-		defer n.timesMu.Unlock()
+		defer n.timesLock()()
 	}
 	return errno(setTimes(d, name, in))
 }

@@ -142,7 +142,7 @@ func (n *node) create(ctx context.Context, name string, o upper.Object, out *fus
 	c := child.Operations().(*node)
 	if o.Target != "" {
 		c.mu.Lock()
-		c.target = []byte(o.Target)
+		c.rareMadeLocked().target = []byte(o.Target)
 		c.mu.Unlock()
 	}
 	if fd >= 0 && e.Stat.Mode&(unix.S_ISUID|unix.S_ISGID) == 0 {

@@ -32,10 +32,12 @@
 //     changes the node's names, so no system call meets a name half moved.
 //     Rename holds several, in address order (lockNames); nothing else
 //     holds more than one.
-//     node.timesMu, with the writeback cache, serialises setting a
-//     file's times (Setattr, under locMu) with a written-back page's
-//     restoring of its mtime (keepMtime); nothing of ours is taken under
-//     it, so a write asks for locMu before it takes timesMu.
+//     A node's timesMu (rareFields, timesLock), with the writeback
+//     cache, serialises setting a file's times (Setattr, under locMu)
+//     with a written-back page's restoring of its mtime (keepMtime) and
+//     a metacopy file's data copy-in; nothing of ours is taken under it
+//     (timesLock takes node.mu before it, not under it), so a write asks
+//     for locMu before it takes timesMu.
 //  3. handle.mu guards a handle's fds (fd, upper, stale). It is taken
 //     before node.mu and a lower.Dir's mu: handle.current reads the node's
 //     location and opens the upper file under it.
@@ -43,7 +45,8 @@
 //     redirect, links, key, unlinked, tmp, orphan, orphanLower, data (a
 //     metacopy file's, which its data copy-in drops under locMu held for
 //     writing, as a copy-up switches links), the open-handle counts and
-//     the shared fd of a file opened without a request (fd, noopen.go).
+//     the shared fd of a file opened without a request (fd, noopen.go);
+//     redirect, data and the counts live in rareFields, made under it.
 //     Functions named ...Locked need it held (their "Preconditions:" line
 //     says so).
 //  5. dirHandle.mu guards an open directory's listing and position; nothing

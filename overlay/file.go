@@ -82,7 +82,10 @@ var _ = (fs.NodeReadlinker)((*node)(nil))
 // filesystem, never what the name holds now.
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	n.mu.Lock()
-	t := n.target
+	var t []byte
+	if r := n.rareLocked(); r != nil {
+		t = r.target
+	}
 	n.mu.Unlock()
 	if t != nil {
 		return t, 0
@@ -101,7 +104,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 		return nil, errno(err)
 	}
 	n.mu.Lock()
-	n.target = b
+	n.rareMadeLocked().target = b
 	n.mu.Unlock()
 	return b, 0
 }

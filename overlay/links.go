@@ -174,7 +174,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	if redirect != "" {
 		t.mu.Lock()
-		t.redirect = redirect
+		t.setRedirectLocked(redirect)
 		t.mu.Unlock()
 	}
 	pd, err := n.upperDir(ctx)

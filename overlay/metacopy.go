@@ -39,7 +39,7 @@ const (
 func (n *node) metacopyData() *lower.DataFile {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.data
+	return n.dataLocked()
 }
 
 // copyDataIn makes n, a file of the upper layer, a file of its own if it
@@ -62,14 +62,13 @@ func (n *node) copyDataIn(kind copyKind) error {
 	// restoring of the mtime.
 	o := upper.DataInOptions{Data: kind == copyData, Ino: n.StableAttr().Ino}
 	n.ofs.hooks.beforeDataIn.run(name)
+	unlockTimes := func() {}
 	if n.ofs.writeback.Load() {
 		o.KeepMtime = true
-		n.timesMu.Lock()
+		unlockTimes = n.timesLock()
 	}
 	err := n.ofs.upper.CopyDataIn(par.Dir, name, data, o)
-	if o.KeepMtime {
-		n.timesMu.Unlock()
-	}
+	unlockTimes()
 	n.locMu.RUnlock()
 	if err != nil {
 		return err
@@ -78,7 +77,7 @@ func (n *node) copyDataIn(kind copyKind) error {
 	// counted before a writer chooses its I/O mode.
 	n.locMu.Lock()
 	n.mu.Lock()
-	n.data = nil
+	n.setDataLocked(nil)
 	n.mu.Unlock()
 	n.locMu.Unlock()
 	data.Close()
@@ -93,8 +92,8 @@ func (n *node) copyDataIn(kind copyKind) error {
 // Preconditions: n.locMu is held for writing.
 func (n *node) setData(d *lower.DataFile) {
 	n.mu.Lock()
-	old := n.data
-	n.data = d
+	old := n.dataLocked()
+	n.setDataLocked(d)
 	n.mu.Unlock()
 	if old != nil && old != d {
 		old.Close()
@@ -112,7 +111,7 @@ func (n *node) metacopyRedirect(absolute bool, undo *upper.Undo) (string, syscal
 		return "", 0
 	}
 	n.mu.Lock()
-	old := n.redirect
+	old := n.redirectLocked()
 	n.mu.Unlock()
 	if old != "" && (!absolute || old[0] == '/') {
 		return "", 0

@@ -32,8 +32,6 @@ type node struct {
 	// copyMu serialises the copy-up of this node. The locks of a node,
 	// and their order, are described in doc.go.
 	copyMu sync.Mutex
-	// timesMu serialises setting a file's times with keepMtime.
-	timesMu sync.Mutex
 	// locMu is held for reading while a name of a non-directory node is
 	// used for a syscall (from reading the name to the syscall's
 	// return), and for writing while a rename or unlink changes its
@@ -53,10 +51,6 @@ type node struct {
 	mu sync.Mutex
 	// chain is the merged directory, topmost first; nil for non-directories.
 	chain lower.Chain
-	// redirect is the overlay.redirect of a directory's upper instance,
-	// as stored (relative or absolute): where its lower instances are,
-	// when it was moved (prepareMove).
-	redirect string
 	// links locate a non-directory: each name it has, as the directory
 	// (in the topmost layer that has the file) that holds it and the name
 	// there. Hard links in the upper layer share one node, so a node may
@@ -64,13 +58,6 @@ type node struct {
 	links []link
 	// key identifies an upper file in FS.upperFiles.
 	key devIno
-	// openCached and openPassthrough count the open handles by I/O
-	// mode: the kernel refuses to mix the two on one inode (ETXTBSY).
-	openCached, openPassthrough int
-	// target is a symlink's target once read or made: a symlink never
-	// changes, and a path walk that met it just before its name was
-	// removed still follows it (Readlink).
-	target []byte
 	// The flags below sit together, in one word.
 	// unlinked is set when the last name of the file was removed.
 	unlinked bool
@@ -84,12 +71,103 @@ type node struct {
 	// was removed: it is read where it is until a change copies it up
 	// into the workdir, which makes it an orphan (orphan.go).
 	orphanLower bool
-	// data is where a metacopy file's data is (metacopy.go); nil for
-	// any other node. The node owns it.
-	data *lower.DataFile
 	// fd is the open file that requests on a file opened without a
 	// request share (noopen.go).
 	fd *nodeFD
+	// rare holds the fields few nodes set, made at the first set:
+	// a node without them fits a smaller size class of the Go heap
+	// (nodesize_test.go). Set once, under mu.
+	rare atomic.Pointer[rareFields]
+}
+
+// rareFields are a node's fields that few nodes set. Those but timesMu
+// are guarded by node.mu.
+type rareFields struct {
+	// timesMu serialises setting a file's times with keepMtime
+	// (timesLock).
+	timesMu sync.Mutex
+	// openCached and openPassthrough count the open handles by I/O
+	// mode: the kernel refuses to mix the two on one inode (ETXTBSY).
+	openCached, openPassthrough int32
+	// redirect is the overlay.redirect of a directory's upper instance,
+	// as stored (relative or absolute): where its lower instances are,
+	// when it was moved (prepareMove); for a metacopy file, where its
+	// data is.
+	redirect string
+	// target is a symlink's target once read or made: a symlink never
+	// changes, and a path walk that met it just before its name was
+	// removed still follows it (Readlink).
+	target []byte
+	// data is where a metacopy file's data is (metacopy.go); nil for
+	// any other node. The node owns it.
+	data *lower.DataFile
+}
+
+// rareLocked returns n's rare fields, nil when none was ever set.
+//
+// Preconditions: n.mu is held, or n is not published yet.
+func (n *node) rareLocked() *rareFields { return n.rare.Load() }
+
+// rareMadeLocked returns n's rare fields, made if need be.
+//
+// Preconditions: n.mu is held, or n is not published yet.
+func (n *node) rareMadeLocked() *rareFields {
+	r := n.rare.Load()
+	if r == nil {
+		r = new(rareFields)
+		n.rare.Store(r)
+	}
+	return r
+}
+
+// redirectLocked is n's redirect ("" for none).
+//
+// Preconditions: n.mu is held.
+func (n *node) redirectLocked() string {
+	if r := n.rareLocked(); r != nil {
+		return r.redirect
+	}
+	return ""
+}
+
+// setRedirectLocked records n's redirect.
+//
+// Preconditions: n.mu is held, or n is not published yet.
+func (n *node) setRedirectLocked(redirect string) {
+	if redirect != "" || n.rareLocked() != nil {
+		n.rareMadeLocked().redirect = redirect
+	}
+}
+
+// dataLocked is where n's data is when n is a metacopy file, else nil.
+//
+// Preconditions: n.mu is held.
+func (n *node) dataLocked() *lower.DataFile {
+	if r := n.rareLocked(); r != nil {
+		return r.data
+	}
+	return nil
+}
+
+// setDataLocked records where n's data is (nil: its own).
+//
+// Preconditions: n.mu is held, or n is not published yet.
+func (n *node) setDataLocked(d *lower.DataFile) {
+	if d != nil || n.rareLocked() != nil {
+		n.rareMadeLocked().data = d
+	}
+}
+
+// timesLock takes n's timesMu and returns its unlock.
+func (n *node) timesLock() func() {
+	r := n.rare.Load()
+	if r == nil {
+		n.mu.Lock()
+		r = n.rareMadeLocked()
+		n.mu.Unlock()
+	}
+	r.timesMu.Lock()
+	return r.timesMu.Unlock
 }
 
 func (f *FS) newRoot() *node {
@@ -136,7 +214,7 @@ func (n *node) newChildAs(ctx context.Context, name string, e *lower.Entry, sa f
 			// Only the upper instance's own redirect is the
 			// directory's (the kernel's OVL_I(inode)->redirect): a
 			// lower instance's is that layer's business.
-			c.redirect = e.Redirect
+			c.setRedirectLocked(e.Redirect)
 		}
 		c.computeFastExec(&e.Stat)
 		// OnForget closes the fds of a node the kernel knew; a node
@@ -147,9 +225,9 @@ func (n *node) newChildAs(ctx context.Context, name string, e *lower.Entry, sa f
 	} else {
 		c.links = []link{{e.Parent, name}}
 		if e.Data != nil {
-			c.data = e.Data
+			c.setDataLocked(e.Data)
 			if e.Parent.Layer.Upper {
-				c.redirect = e.Redirect
+				c.setRedirectLocked(e.Redirect)
 			}
 			// The node owns it: a copy-up or data copy-in closes
 			// it (setData), else the cleanup does.

@@ -326,7 +326,7 @@ func (n *node) Lseek(ctx context.Context, f fs.FileHandle, off uint64, whence ui
 //
 // Preconditions: n.mu is held.
 func (n *node) heldLocked() bool {
-	if n.openCached+n.openPassthrough > 0 {
+	if r := n.rareLocked(); r != nil && r.openCached+r.openPassthrough > 0 {
 		return true
 	}
 	// go-fuse's own record of the kernel's references: the

@@ -148,8 +148,8 @@ func (n *node) copyUpOrphan(par lower.Member, name string, data bool) error {
 	}
 	n.links = []link{{lower.Member{Dir: n.ofs.upper.Work}, tmp}}
 	n.orphanLower, n.tmp, n.orphan = false, true, true
-	if d := n.data; d != nil {
-		n.data = nil
+	if d := n.dataLocked(); d != nil {
+		n.setDataLocked(nil)
 		d.Close()
 	}
 	n.ofs.stats.copyUps.Add(1)

@@ -31,17 +31,18 @@ package overlay
 func (n *node) openMode(upper, write bool) (passthrough bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	r := n.rareMadeLocked()
 	switch {
 	case !upper || !n.ofs.passthrough.Load():
 	case write:
-		passthrough = n.openCached == 0
+		passthrough = r.openCached == 0
 	default:
-		passthrough = n.openPassthrough > 0
+		passthrough = r.openPassthrough > 0
 	}
 	if passthrough {
-		n.openPassthrough++
+		r.openPassthrough++
 	} else {
-		n.openCached++
+		r.openCached++
 	}
 	return passthrough
 }
@@ -50,10 +51,11 @@ func (n *node) openMode(upper, write bool) (passthrough bool) {
 func (n *node) closed(passthrough bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	r := n.rareMadeLocked()
 	if passthrough {
-		n.openPassthrough--
+		r.openPassthrough--
 	} else {
-		n.openCached--
+		r.openCached--
 	}
 	n.dropTempLocked()
 }

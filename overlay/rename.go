@@ -57,7 +57,7 @@ func (n *node) prepareMove(ctx context.Context, samedir bool, undo *upper.Undo) 
 	}
 	n.mu.Lock()
 	pure := len(n.chain) == 1 && n.chain[0].Layer.Upper
-	old := n.redirect
+	old := n.redirectLocked()
 	n.mu.Unlock()
 	if pure {
 		return m, 0
@@ -100,7 +100,7 @@ func (n *node) prepareMove(ctx context.Context, samedir bool, undo *upper.Undo) 
 func (m move) commit() {
 	if m.redirect != "" {
 		m.c.mu.Lock()
-		m.c.redirect = m.redirect
+		m.c.setRedirectLocked(m.redirect)
 		m.c.mu.Unlock()
 	}
 	if m.lowers {
@@ -127,7 +127,7 @@ func (n *node) redirectFor(absolute bool) (string, syscall.Errno) {
 	var parts []string
 	for d := n; d != nil && !d.IsRoot(); {
 		d.mu.Lock()
-		r := d.redirect
+		r := d.redirectLocked()
 		d.mu.Unlock()
 		name, p := d.parentNode()
 		if r == "" {

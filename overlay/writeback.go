@@ -183,8 +183,7 @@ func (n *node) keepMtime(fd int, op func() error) error {
 	if !n.ofs.writeback.Load() {
 		return op()
 	}
-	n.timesMu.Lock()
-	defer n.timesMu.Unlock()
+	defer n.timesLock()()
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return err
