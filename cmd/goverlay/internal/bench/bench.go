@@ -30,7 +30,8 @@ type Config struct {
 	// goverlay targets; empty means os.Executable().
 	Binary string
 	// Baseline is another goverlay executable, mounted with the defaults
-	// as the goverlay-baseline target (only run when named), to compare
+	// as the goverlay-baseline and goverlay-baseline-uring targets (only
+	// run when named), to compare
 	// two builds side by side in one run.
 	Baseline string
 	// Targets and Workloads name what to run (see Usage); empty means
@@ -174,7 +175,8 @@ Options:
                      --tree); needs root to set that up, and makes
                      /dev/fuse 0666
   --baseline PATH    another goverlay binary, mounted with the defaults as
-                     the goverlay-baseline target (give it in --targets):
+                     the goverlay-baseline target, and over io_uring as
+                     goverlay-baseline-uring (give them in --targets):
                      two builds side by side in one run
 
 Targets:
