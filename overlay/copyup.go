@@ -163,7 +163,7 @@ func (n *node) copyUp(ctx context.Context, kind copyKind) error {
 	// kernel fails the second open with EIO (fuse_file_io_open()).
 	n.locMu.Lock()
 	n.mu.Lock()
-	n.links = []link{{lower.Member{Dir: pd}, name}}
+	n.onlyLinkLocked(link{lower.Member{Dir: pd}, name})
 	n.mu.Unlock()
 	n.setData(data)
 	n.locMu.Unlock()

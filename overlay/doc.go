@@ -42,11 +42,12 @@
 //     before node.mu and a lower.Dir's mu: handle.current reads the node's
 //     location and opens the upper file under it.
 //  4. node.mu guards the fields a copy-up or rename changes: chain,
-//     redirect, links, key, unlinked, tmp, orphan, orphanLower, data (a
+//     redirect, link0 and links, key, unlinked, tmp, orphan, orphanLower, data (a
 //     metacopy file's, which its data copy-in drops under locMu held for
 //     writing, as a copy-up switches links), the open-handle counts and
 //     the shared fd of a file opened without a request (fd, noopen.go);
-//     redirect, data and the counts live in rareFields, made under it.
+//     redirect, data, the counts, the names after the first (links) and
+//     key live in rareFields, made under it.
 //     Functions named ...Locked need it held (their "Preconditions:" line
 //     says so).
 //  5. dirHandle.mu guards an open directory's listing and position; nothing

@@ -23,23 +23,56 @@ type link struct {
 // firstLinkLocked is the name operations use.
 //
 // Preconditions: n.mu is held.
-func (n *node) firstLinkLocked() link {
-	if len(n.links) == 0 {
-		return link{}
+func (n *node) firstLinkLocked() link { return n.link0 }
+
+// moreLinksLocked are n's names after the first.
+//
+// Preconditions: n.mu is held.
+func (n *node) moreLinksLocked() []link {
+	if r := n.rareLocked(); r != nil {
+		return r.links
 	}
-	return n.links[0]
+	return nil
+}
+
+// onlyLinkLocked makes l n's only name.
+//
+// Preconditions: n.mu is held, or n is not published yet.
+func (n *node) onlyLinkLocked(l link) {
+	n.link0 = l
+	if r := n.rareLocked(); r != nil {
+		r.links = nil
+	}
+}
+
+// linkCountLocked is how many names n has.
+//
+// Preconditions: n.mu is held.
+func (n *node) linkCountLocked() int {
+	if n.link0.dir.Dir == nil {
+		return 0
+	}
+	return 1 + len(n.moreLinksLocked())
 }
 
 // addLink records another name of n.
 func (n *node) addLink(d lower.Member, name string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for _, l := range n.links {
+	if n.link0.dir.Dir == d.Dir && n.link0.name == name {
+		return
+	}
+	for _, l := range n.moreLinksLocked() {
 		if l.dir.Dir == d.Dir && l.name == name {
 			return
 		}
 	}
-	n.links = append(n.links, link{d, name})
+	if n.link0.dir.Dir == nil {
+		n.link0 = link{d, name}
+		return
+	}
+	r := n.rareMadeLocked()
+	r.links = append(r.links, link{d, name})
 }
 
 // removeLink forgets a name of n that is gone. The last one is kept: open
@@ -49,17 +82,23 @@ func (n *node) addLink(d lower.Member, name string) {
 func (n *node) removeLink(d *lower.Dir, name string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for i, l := range n.links {
+	more := n.moreLinksLocked()
+	if n.link0.dir.Dir == d && n.link0.name == name {
+		if len(more) == 0 {
+			n.unlinked = true
+			return
+		}
+		n.link0 = more[0]
+		n.rareLocked().links = more[1:]
+		return
+	}
+	for i, l := range more {
 		if l.dir.Dir == d && l.name == name {
-			if len(n.links) == 1 {
-				n.unlinked = true
-				return
-			}
-			n.links = append(n.links[:i:i], n.links[i+1:]...)
+			n.rareLocked().links = append(more[:i:i], more[i+1:]...)
 			return
 		}
 	}
-	if len(n.links) == 1 {
+	if n.linkCountLocked() == 1 {
 		// A file of a lower layer, located in its own layer: the name
 		// removed from the upper (a whiteout now) was its only one.
 		n.unlinked = true
@@ -70,15 +109,24 @@ func (n *node) removeLink(d *lower.Dir, name string) {
 //
 // Preconditions: n.mu is held.
 func (n *node) replaceLinkLocked(from *lower.Dir, fromName string, to lower.Member, name string) {
-	for i, l := range n.links {
+	if n.link0.dir.Dir == from && n.link0.name == fromName {
+		n.link0 = link{to, name}
+		return
+	}
+	more := n.moreLinksLocked()
+	for i, l := range more {
 		if l.dir.Dir == from && l.name == fromName {
-			n.links[i] = link{to, name}
+			more[i] = link{to, name}
 			return
 		}
 	}
 	// Not known by that name (a name the kernel found first): it is the
 	// name now.
-	n.links = append([]link{{to, name}}, n.links...)
+	if n.link0.dir.Dir != nil {
+		r := n.rareMadeLocked()
+		r.links = append([]link{n.link0}, r.links...)
+	}
+	n.link0 = link{to, name}
 }
 
 // upperFiles finds the node of an upper file the kernel knows, so that a
@@ -136,7 +184,7 @@ func (f *FS) staleUpperFile(st *unix.Stat_t, sa *fs.StableAttr) {
 func (f *FS) registerUpperFile(n *node, st *unix.Stat_t) {
 	k := devIno{st.Dev, st.Ino}
 	n.mu.Lock()
-	n.key = k
+	n.rareMadeLocked().key = k
 	n.mu.Unlock()
 	f.upperFiles.nodes.Store(k, n)
 }
@@ -144,9 +192,15 @@ func (f *FS) registerUpperFile(n *node, st *unix.Stat_t) {
 // forgetUpperFile drops n when the kernel forgets it.
 func (f *FS) forgetUpperFile(n *node) {
 	n.mu.Lock()
-	k := n.key
+	r := n.rareLocked()
+	var k devIno
+	if r != nil {
+		k = r.key
+	}
 	n.mu.Unlock()
-	f.upperFiles.nodes.CompareAndDelete(k, n)
+	if r != nil {
+		f.upperFiles.nodes.CompareAndDelete(k, n)
+	}
 }
 
 var _ = (fs.NodeLinker)((*node)(nil))

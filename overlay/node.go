@@ -51,13 +51,12 @@ type node struct {
 	mu sync.Mutex
 	// chain is the merged directory, topmost first; nil for non-directories.
 	chain lower.Chain
-	// links locate a non-directory: each name it has, as the directory
-	// (in the topmost layer that has the file) that holds it and the name
-	// there. Hard links in the upper layer share one node, so a node may
-	// have several; operations use the first (links.go).
-	links []link
-	// key identifies an upper file in FS.upperFiles.
-	key devIno
+	// link0 locates a non-directory: its first name, as the directory
+	// (in the topmost layer that has the file) that holds it and the
+	// name there; operations use it. Hard links in the upper layer share
+	// one node, so a node may have more names: rareFields.links
+	// (links.go).
+	link0 link
 	// The flags below sit together, in one word.
 	// unlinked is set when the last name of the file was removed.
 	unlinked bool
@@ -101,6 +100,10 @@ type rareFields struct {
 	// data is where a metacopy file's data is (metacopy.go); nil for
 	// any other node. The node owns it.
 	data *lower.DataFile
+	// links are a non-directory's names after link0 (links.go).
+	links []link
+	// key identifies an upper file in FS.upperFiles.
+	key devIno
 }
 
 // rareLocked returns n's rare fields, nil when none was ever set.
@@ -223,7 +226,7 @@ func (n *node) newChildAs(ctx context.Context, name string, e *lower.Entry, sa f
 		// Closing twice is harmless (lower.Dir.Close).
 		runtime.AddCleanup(c, lower.Chain.Close, e.Chain)
 	} else {
-		c.links = []link{{e.Parent, name}}
+		c.link0 = link{e.Parent, name}
 		if e.Data != nil {
 			c.setDataLocked(e.Data)
 			if e.Parent.Layer.Upper {

@@ -60,7 +60,7 @@ func (n *node) mustKeep(d *lower.Dir, name string) bool {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	last := len(n.links) == 1 && n.links[0].dir.Dir == d && n.links[0].name == name
+	last := n.linkCountLocked() == 1 && n.link0.dir.Dir == d && n.link0.name == name
 	return last && n.heldLocked()
 }
 
@@ -100,7 +100,7 @@ func (n *node) nameRemoved(d *lower.Dir, name, keep string) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.links = []link{{lower.Member{Dir: n.ofs.upper.Work}, keep}}
+	n.onlyLinkLocked(link{lower.Member{Dir: n.ofs.upper.Work}, keep})
 	n.tmp, n.orphan = true, true
 	// Its handles may all have closed since keepIfOpen looked.
 	n.dropTempLocked()
@@ -110,7 +110,7 @@ func (n *node) nameRemoved(d *lower.Dir, name, keep string) {
 // layer, whose only name was just removed. It reports whether it did.
 func (n *node) keepLower() bool {
 	n.mu.Lock()
-	keep := !n.isDir() && len(n.links) == 1 && !n.links[0].dir.Layer.Upper && n.heldLocked()
+	keep := !n.isDir() && n.linkCountLocked() == 1 && !n.link0.dir.Layer.Upper && n.heldLocked()
 	n.orphanLower = n.orphanLower || keep
 	n.mu.Unlock()
 	if keep {
@@ -146,7 +146,7 @@ func (n *node) copyUpOrphan(par lower.Member, name string, data bool) error {
 		n.ofs.upper.RemoveTemp(tmp)
 		return syscall.ENOENT
 	}
-	n.links = []link{{lower.Member{Dir: n.ofs.upper.Work}, tmp}}
+	n.onlyLinkLocked(link{lower.Member{Dir: n.ofs.upper.Work}, tmp})
 	n.orphanLower, n.tmp, n.orphan = false, true, true
 	if d := n.dataLocked(); d != nil {
 		n.setDataLocked(nil)

@@ -47,7 +47,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 		return nil, nil, 0, errno(err)
 	}
 	n.ofs.upper.Work.ApplyOverride(name, &e.Stat)
-	c := &node{ofs: n.ofs, links: []link{{e.Parent, name}}, tmp: true}
+	c := &node{ofs: n.ofs, link0: link{e.Parent, name}, tmp: true}
 	child := n.NewInode(ctx, c, fs.StableAttr{Mode: unix.S_IFREG, Ino: n.ofs.ino.ino(e.Stat.Dev, e.Stat.Ino)})
 	c.fillAttr(&e.Stat, &out.Attr)
 	c.setEntryTimeouts(out)
@@ -71,7 +71,8 @@ func (n *node) linkTemp(d *lower.Dir, name string, over upper.Over) error {
 		return err
 	}
 	n.ofs.upper.RemoveTemp(tmpName)
-	n.links, n.tmp = []link{{lower.Member{Dir: d}, name}}, false
+	n.onlyLinkLocked(link{lower.Member{Dir: d}, name})
+	n.tmp = false
 	return nil
 }
 
