@@ -94,8 +94,8 @@ const (
 // nothing while no request is slow: the kernel hands out the entry made
 // available last (fuse_uring_ent_avail() puts it at the head of the
 // list), so the same thread keeps serving and the others sleep. Four
-// threads of one entry each measured as fast as two on a copy of 5,247
-// files (docs/BENCHMARKS.md).
+// threads of one entry each measured level with two on the creates,
+// copies and untar of the bench's containers group (docs/BENCHMARKS.md).
 const (
 	threadsPerCPU = 4
 	ringDepth     = 1
