@@ -84,17 +84,7 @@ func checkMetacopyMeta(t *testing.T, p string) {
 // 0 then).
 func TestCopyDataInWithoutData(t *testing.T) {
 	e := newEnv(t)
-	regularSource(t, e, "f", string(bytes.Repeat([]byte("data to be truncated "), 10000)))
-	src := e.source(t, "f")
-	src.Meta = true
-	if err := e.l.CopyUp(src, e.up.Root(), "f", true, 0); err != nil {
-		t.Fatal(err)
-	}
-	data, err := lower.NewDataFile(e.lo.Root(), "f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer data.Close()
+	data := metacopyUp(t, e, string(bytes.Repeat([]byte("data to be truncated "), 10000)))
 	if err := e.l.CopyDataIn(e.up.Root(), "f", data, DataInOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -109,27 +99,34 @@ func TestCopyDataInWithoutData(t *testing.T) {
 func TestCopyDataInKeepMtime(t *testing.T) {
 	for _, keep := range []bool{true, false} {
 		e := newEnv(t)
-		regularSource(t, e, "f", string(bytes.Repeat([]byte("data kept "), 10000)))
-		src := e.source(t, "f")
-		src.Meta = true
-		if err := e.l.CopyUp(src, e.up.Root(), "f", true, 0); err != nil {
-			t.Fatal(err)
-		}
+		data := metacopyUp(t, e, string(bytes.Repeat([]byte("data kept "), 10000)))
 		set := unix.Timespec{Sec: 1_000_000_000, Nsec: 123}
 		if err := unix.UtimesNano(e.upper("f"), []unix.Timespec{set, set}); err != nil {
 			t.Fatal(err)
 		}
-		data, err := lower.NewDataFile(e.lo.Root(), "f")
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = e.l.CopyDataIn(e.up.Root(), "f", data, DataInOptions{Data: true, KeepMtime: keep})
-		data.Close()
-		if err != nil {
+		if err := e.l.CopyDataIn(e.up.Root(), "f", data, DataInOptions{Data: true, KeepMtime: keep}); err != nil {
 			t.Fatal(err)
 		}
 		if got := lstat(t, e.upper("f")).Mtim; (got == set) != keep {
 			t.Errorf("KeepMtime %v: mtime %d.%09d after the copy, set before: %d.%09d", keep, got.Sec, got.Nsec, set.Sec, set.Nsec)
 		}
 	}
+}
+
+// metacopyUp makes lower file f with content, copies its metadata alone
+// up, and returns its data file (closed when the test ends).
+func metacopyUp(t *testing.T, e *env, content string) *lower.DataFile {
+	t.Helper()
+	regularSource(t, e, "f", content)
+	src := e.source(t, "f")
+	src.Meta = true
+	if err := e.l.CopyUp(src, e.up.Root(), "f", true, 0); err != nil {
+		t.Fatal(err)
+	}
+	data, err := lower.NewDataFile(e.lo.Root(), "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { data.Close() })
+	return data
 }

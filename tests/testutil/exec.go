@@ -70,8 +70,9 @@ func Run(t testing.TB, timeout time.Duration, env []string, name string, args ..
 	cmd.Stdout, cmd.Stderr = outF, errF
 	cmd.Env = append(os.Environ(), env...)
 	if mounts := name == builtBinary() && (len(args) == 0 || args[0] != "bench"); mounts {
-		// It may mount (the bench mounts, and offers io_uring, on
-		// its own).
+		// The binary may mount: not while another test offers
+		// io_uring. The bench, which mounts and offers io_uring
+		// itself, does not wait.
 		uringswitch.Withheld(t, func() { err = cmd.Run() })
 	} else {
 		err = cmd.Run()
