@@ -6,6 +6,8 @@ import "sync/atomic"
 type stats struct {
 	copyUps   atomic.Uint64
 	whiteouts atomic.Uint64
+	// COPY_FILE_RANGE requests served by copying between the layers' files
+	copyRanges atomic.Uint64
 	// opens by the I/O mode they got
 	opensPassthrough, opensCached atomic.Uint64
 	// lookups that reached the daemon, those that found nothing, and

@@ -41,6 +41,9 @@ type Stats struct {
 
 	CopyUps   uint64 `json:"copy_ups"`
 	Whiteouts uint64 `json:"whiteouts"`
+	// CopyRanges counts copy_file_range requests served by copying
+	// between the layers' files (copyrange.go).
+	CopyRanges uint64 `json:"copy_ranges"`
 	// Writeback says the kernel's writeback cache is on, Passthrough that
 	// the kernel registers backing files for this mount, IOReason why
 	// (writeback.go).
@@ -109,6 +112,7 @@ func (f *FS) Stats() Stats {
 		RingRequests:      f.uring.Served(),
 		CopyUps:           f.stats.copyUps.Load(),
 		Whiteouts:         f.stats.whiteouts.Load(),
+		CopyRanges:        f.stats.copyRanges.Load(),
 		OpensPassthrough:  f.stats.opensPassthrough.Load(),
 		OpensCached:       f.stats.opensCached.Load(),
 		Lookups:           f.stats.lookups.Load(),

@@ -290,7 +290,7 @@ func copyData(out, in int, size int64) error {
 		if end > size {
 			end = size
 		}
-		if err := copyRange(out, in, start, end-start); err != nil {
+		if _, err := CopyRange(out, in, start, start, end-start); err != nil {
 			return err
 		}
 		off = end
@@ -299,44 +299,54 @@ func copyData(out, in int, size int64) error {
 	return unix.Ftruncate(out, size)
 }
 
-// copyRange copies n bytes at off from in to out at the same offset.
-func copyRange(out, in int, off, n int64) error {
-	for n > 0 {
-		roff, woff := off, off
-		c, err := unix.CopyFileRange(in, &roff, out, &woff, int(min(n, 1<<30)), 0)
-		if err != nil || c == 0 {
-			if err == nil || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) ||
-				errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) {
-				return readWrite(out, in, off, n)
-			}
-			return err
-		}
-		off += int64(c)
-		n -= int64(c)
-	}
-	return nil
-}
-
-// readWrite is the fallback copy through a buffer.
-func readWrite(out, in int, off, n int64) error {
-	buf := make([]byte, min(n, 1<<20))
-	for n > 0 {
-		c, err := unix.Pread(in, buf[:min(n, int64(len(buf)))], off)
+// CopyRange copies up to n bytes of in at inOff to out at outOff, as
+// copy_file_range(2) between two files of a mount does: with
+// copy_file_range, else through a buffer where the two filesystems cannot
+// copy between themselves (EXDEV across filesystems, EOPNOTSUPP). It
+// stops at the end of in and returns the bytes copied, which are the
+// bytes copied so far when it fails after some.
+func CopyRange(out, in int, outOff, inOff, n int64) (int64, error) {
+	var done int64
+	for done < n {
+		roff, woff := inOff+done, outOff+done
+		c, err := unix.CopyFileRange(in, &roff, out, &woff, int(min(n-done, 1<<30)), 0)
 		if err != nil {
-			return err
+			if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) ||
+				errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) {
+				k, err := readWriteAt(out, in, outOff+done, inOff+done, n-done)
+				return done + k, err
+			}
+			return done, err
 		}
 		if c == 0 {
-			return nil // the source is shorter than its stat said
+			break // the end of in
+		}
+		done += int64(c)
+	}
+	return done, nil
+}
+
+// readWriteAt copies up to n bytes of in at inOff to out at outOff
+// through a buffer, up to the end of in.
+func readWriteAt(out, in int, outOff, inOff, n int64) (int64, error) {
+	buf := make([]byte, min(n, 1<<20))
+	var done int64
+	for done < n {
+		c, err := unix.Pread(in, buf[:min(n-done, int64(len(buf)))], inOff+done)
+		if err != nil {
+			return done, err
+		}
+		if c == 0 {
+			break
 		}
 		for w := 0; w < c; {
-			k, err := unix.Pwrite(out, buf[w:c], off+int64(w))
+			k, err := unix.Pwrite(out, buf[w:c], outOff+done+int64(w))
 			if err != nil {
-				return err
+				return done + int64(w), err
 			}
 			w += k
 		}
-		off += int64(c)
-		n -= int64(c)
+		done += int64(c)
 	}
-	return nil
+	return done, nil
 }

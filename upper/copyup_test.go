@@ -464,39 +464,46 @@ func TestCopyFunctions(t *testing.T) {
 
 	funcs := []struct {
 		name string
-		fn   func(out, in int, off, n int64) error
+		fn   func(out, in int, outOff, inOff, n int64) (int64, error)
 	}{
-		{"readWrite", readWrite},
-		{"copyRange", copyRange},
+		{"readWriteAt", readWriteAt},
+		{"CopyRange", CopyRange},
 	}
+	// shift moves the copy in the output: out[off+shift:] = src[off:].
 	cases := []struct {
-		name   string
-		off, n int64
+		name          string
+		off, shift, n int64
 	}{
-		{"whole", 0, srcSize},
-		{"one buffer", 0, 1 << 20},
-		{"buffer and a bit at an offset", 12345, 1<<20 + 777},
-		{"across the 1 MiB boundary", 1<<20 - 5, 10},
-		{"two buffers and one byte", 1, 2<<20 + 1},
-		{"one byte", 999, 1},
-		{"zero", 100, 0},
-		{"past the end", srcSize - 10, 1 << 20},
-		{"all past the end", srcSize + 10, 100},
+		{"whole", 0, 0, srcSize},
+		{"one buffer", 0, 0, 1 << 20},
+		{"buffer and a bit at an offset", 12345, 0, 1<<20 + 777},
+		{"across the 1 MiB boundary", 1<<20 - 5, 0, 10},
+		{"two buffers and one byte", 1, 0, 2<<20 + 1},
+		{"one byte", 999, 0, 1},
+		{"zero", 100, 0, 0},
+		{"past the end", srcSize - 10, 0, 1 << 20},
+		{"all past the end", srcSize + 10, 0, 100},
+		{"to a later offset", 4096, 70000, 1<<20 + 3},
+		{"to an earlier offset", 1 << 20, -(1<<20 - 7), 200000},
 	}
 	for _, f := range funcs {
 		for i, c := range cases {
 			t.Run(f.name+"/"+c.name, func(t *testing.T) {
 				outPath := filepath.Join(dir, f.name+strconv.Itoa(i))
 				out := openRW(t, outPath, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL)
-				if err := f.fn(out, in, c.off, c.n); err != nil {
+				copied, err := f.fn(out, in, c.off+c.shift, c.off, c.n)
+				if err != nil {
 					t.Fatal(err)
 				}
 				end := min(c.off+c.n, srcSize)
+				if want := max(end-c.off, 0); copied != want {
+					t.Errorf("copied %d bytes, want %d", copied, want)
+				}
 				got, err := os.ReadFile(outPath)
 				if err != nil {
 					t.Fatal(err)
 				}
-				wantLen := max(end, 0)
+				wantLen := max(end+c.shift, 0)
 				if c.off >= srcSize || c.n == 0 {
 					wantLen = 0
 				}
@@ -506,11 +513,11 @@ func TestCopyFunctions(t *testing.T) {
 				if wantLen == 0 {
 					return
 				}
-				if !bytes.Equal(got[c.off:end], src[c.off:end]) {
-					t.Errorf("bytes [%d, %d) differ", c.off, end)
+				if !bytes.Equal(got[c.off+c.shift:], src[c.off:end]) {
+					t.Errorf("bytes [%d, %d) differ", c.off+c.shift, end+c.shift)
 				}
-				if bytes.ContainsFunc(got[:c.off], func(r rune) bool { return r != 0 }) {
-					t.Errorf("bytes before %d written", c.off)
+				if bytes.ContainsFunc(got[:c.off+c.shift], func(r rune) bool { return r != 0 }) {
+					t.Errorf("bytes before %d written", c.off+c.shift)
 				}
 			})
 		}

@@ -81,6 +81,7 @@ func statsRows(s overlay.Stats) []statsRow {
 		{"removed_capabilities", n(s.KilledCaps), "security.capability xattrs removed"},
 		{"copy_ups", n(s.CopyUps), "files and directories copied from a lower layer to the upper one"},
 		{"whiteouts", n(s.Whiteouts), "deletions of lower names recorded in the upper layer"},
+		{"copy_ranges", n(s.CopyRanges), "copy_file_range requests served by copying between the layers' files, not through the page cache"},
 		{"writeback_cache", onOff[s.Writeback], "whether the kernel caches writes in its page cache and writes them back later (writeback=)"},
 		{"passthrough", onOff[s.Passthrough], "whether the kernel registers backing files for this mount (FUSE passthrough, passthrough=)"},
 		{"io_reason", s.IOReason, "why writes take the path they take"},

@@ -51,6 +51,7 @@ var ops = []struct {
 	{name: "chown", rootOnly: true},
 	{name: "fallocate"},
 	{name: "mmap"},
+	{name: "copyrange"},
 }
 
 // cell is one (writer, operation, file kind) of the matrix: one file.

@@ -17,6 +17,7 @@
 //	chown      chown(2) to 0:0
 //	fallocate  open O_WRONLY, fallocate(2) mode 0, 8192 bytes from 0
 //	mmap       open O_RDWR, mmap MAP_SHARED, store one byte, msync, munmap
+//	copyrange  open O_RDWR, copy_file_range(2) of the first byte to the end
 //	writes=N   open O_WRONLY|O_APPEND, N writes of 1 KiB on that one fd
 //	state      print "state PATH ok MODE CAP": the 07777 bits in octal, and
 //	           "cap", "nocap" or "absent" for security.capability
@@ -103,6 +104,26 @@ func do(op, path string) error {
 		return noEINTR(func() error { return unix.Chown(path, 0, 0) })
 	case "fallocate":
 		return withFd(path, unix.O_WRONLY, func(fd int) error { return noEINTR(func() error { return unix.Fallocate(fd, 0, 0, 8192) }) })
+	case "copyrange":
+		return withFd(path, unix.O_RDWR, func(fd int) error {
+			var st unix.Stat_t
+			if err := unix.Fstat(fd, &st); err != nil {
+				return err
+			}
+			if st.Size == 0 {
+				return fmt.Errorf("copy_file_range: empty file")
+			}
+			in, out := int64(0), st.Size
+			var n int
+			err := noEINTR(func() (err error) {
+				n, err = unix.CopyFileRange(fd, &in, fd, &out, 1, 0)
+				return err
+			})
+			if err == nil && n != 1 {
+				err = fmt.Errorf("copy_file_range copied %d bytes", n)
+			}
+			return err
+		})
 	case "mmap":
 		return withFd(path, unix.O_RDWR, func(fd int) error {
 			var st unix.Stat_t
