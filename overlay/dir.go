@@ -45,6 +45,9 @@ type dirHandle struct {
 	loaded  bool            // entries holds the listing
 	entries []fuse.DirEntry // ".", "..", then the merged names
 	next    int             // index of the next entry to return
+	// last is the entry Readdirent returned last, which READDIRPLUS
+	// then looks up (Lookup).
+	last fuse.DirEntry
 }
 
 var (
@@ -98,6 +101,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	}
 	e := d.entries[d.next]
 	d.next++
+	d.last = e
 	return &e, 0
 }
 

@@ -17,6 +17,17 @@ var _ = (fs.NodeLookuper)((*node)(nil))
 
 // Lookup resolves name across the layers (lower.Chain.Lookup).
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	child, errno := n.lookup(ctx, name, out)
+	if errno == 0 && out.Attr.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		// Someone wants more of this directory than its names
+		// (listattrs.go).
+		n.statted.Store(true)
+	}
+	return child, errno
+}
+
+// lookup is Lookup, also of READDIRPLUS.
+func (n *node) lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if lower.IsWhiteoutName(name) {
 		// The AUFS format's names are never part of the merged view.
 		return nil, syscall.ENOENT

@@ -46,6 +46,10 @@ type node struct {
 	nosec privs.NoSec
 	// fastExec is a directory's "anyone may search it" bit (fastexec.go).
 	fastExec atomic.Bool
+	// statted is set on a directory once the kernel has looked up a
+	// non-directory in it: READDIRPLUS then gives the attributes of
+	// every entry in its subtree (listattrs.go).
+	statted atomic.Bool
 
 	// mu guards the fields below, which a copy-up or a rename changes.
 	mu sync.Mutex
