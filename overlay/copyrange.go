@@ -29,12 +29,13 @@ import (
 // falls back to do_splice_direct() inside one filesystem), with WRITEs.
 // What the caller's copy must remove, the kernel has had removed before
 // sending the request (file_modified(): a SETATTR that has the daemon
-// remove suid and sgid, a REMOVEXATTR of security.capability). The daemon's own copy_file_range on the upper
-// file must then remove nothing more, but the upper filesystem removes
-// suid and sgid from a file written by a daemon without CAP_FSETID
-// (rootless): writes of such files go through a mapping (mmapWrite), which
-// has no copy_file_range. EOPNOTSUPP, unlike ENOSYS, keeps the kernel
-// sending COPY_FILE_RANGE for the other files.
+// remove suid and sgid, a REMOVEXATTR of security.capability). The
+// daemon's own copy_file_range on the upper file must then remove
+// nothing more, but the upper filesystem removes suid and sgid from a
+// file written by a daemon without CAP_FSETID (rootless): writes of such
+// files go through a mapping (mmapWrite), which has no copy_file_range.
+// EOPNOTSUPP, unlike ENOSYS, keeps the kernel sending COPY_FILE_RANGE for
+// the other files.
 
 var _ = (fs.NodeCopyFileRanger)((*node)(nil))
 
