@@ -59,6 +59,23 @@ func TestReaddirPlusAttrsWhereUsed(t *testing.T) {
 		}
 	}
 
+	// walk lists d (looked up first) and stats its files, and returns
+	// the lookups of each.
+	walk := func(d string) (listed, statted uint64) {
+		t.Helper()
+		if _, err := os.Stat(mnt + "/" + d); err != nil {
+			t.Fatal(err)
+		}
+		before := lookups()
+		if ents := list(d); len(ents) != files {
+			t.Fatalf("%s lists %d entries, want %d", d, len(ents), files)
+		}
+		listed = lookups() - before
+		before = lookups()
+		statAll(d)
+		return listed, lookups() - before
+	}
+
 	var listB, statB, listSub, statSub uint64
 	k := 0
 	if !undisturbed(t, func() bool {
@@ -68,20 +85,8 @@ func TestReaddirPlusAttrsWhereUsed(t *testing.T) {
 		set := strconv.Itoa(k)
 		k++
 		// A names-only walk of b: its files are not looked up; they
-		// are still there to stat, each by a LOOKUP. (The path to b is
-		// looked up first.)
-		if _, err := os.Stat(mnt + "/" + set + "/b"); err != nil {
-			t.Fatal(err)
-		}
-		before := lookups()
-		if ents := list(set + "/b"); len(ents) != files {
-			t.Fatalf("b lists %d entries, want %d", len(ents), files)
-		}
-		listB = lookups() - before
-		before = lookups()
-		statAll(set + "/b")
-		statB = lookups() - before
-
+		// are still there to stat, each by a LOOKUP.
+		listB, statB = walk(set + "/b")
 		// a: a file looked up first; a listing of its subdirectory sub
 		// then gives the attributes of sub's files, and their stats
 		// send nothing.
@@ -89,17 +94,7 @@ func TestReaddirPlusAttrsWhereUsed(t *testing.T) {
 		if err := unix.Lstat(mnt+"/"+set+"/a/f0", &st); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := os.Stat(mnt + "/" + set + "/a/sub"); err != nil {
-			t.Fatal(err)
-		}
-		before = lookups()
-		if ents := list(set + "/a/sub"); len(ents) != files {
-			t.Fatalf("a/sub lists %d entries, want %d", len(ents), files)
-		}
-		listSub = lookups() - before
-		before = lookups()
-		statAll(set + "/a/sub")
-		statSub = lookups() - before
+		listSub, statSub = walk(set + "/a/sub")
 		return true
 	}) {
 		t.Skip("other tests dropped the caches during every try: nothing to measure")
