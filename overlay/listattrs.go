@@ -3,6 +3,7 @@ package overlay
 import (
 	"context"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -17,23 +18,31 @@ import (
 // xattrs (opaque, redirect) too. A walk that reads only names and types
 // (find(1) with -name or -type, which take d_type from getdents) then
 // makes the daemon read every inode of the tree, where the kernel
-// overlay reads none but its directories'.
+// overlay reads none but its directories'. A walk that stats every entry
+// (ls -l, tar, du, cp -a, find -printf '%s') needs those attributes, and
+// READDIRPLUS gives them for a whole batch in one request where each
+// entry would otherwise cost a LOOKUP.
 //
-// So a READDIRPLUS entry gives attributes (a lookup) only where some
-// other way of reading the tree has shown that they will be asked for:
-//   - a directory, which a walk enters (the lookup saves a LOOKUP then);
-//   - a name the kernel already knows (go-fuse holds its node): its
+// So a READDIRPLUS entry gives attributes (a lookup):
+//   - if it is a directory, which a walk enters (the lookup saves a
+//     LOOKUP then);
+//   - if the kernel already knows the name (go-fuse holds its node): its
 //     attributes are refreshed;
-//   - an entry of a directory whose subtree has had a non-directory
-//     looked up by the kernel (node.statted, set by Lookup): a stat
-//     walk, ls -l, tar, or an open. The first batch of such a walk
-//     costs one LOOKUP per entry; the rest of the subtree gets its
-//     attributes in READDIRPLUS as before.
+//   - while a stat walk goes on: for statWalkFor after the kernel looked
+//     up a non-directory in a directory whose READDIRPLUS left entries
+//     without attributes (node.skipped; FS.statWalk, set by Lookup). The
+//     first batch such a walk reads costs a LOOKUP per entry; the walk
+//     then gets its attributes in READDIRPLUS, and pays that again at
+//     most once per statWalkFor.
 //
 // Any other entry goes out with node ID 0: the kernel passes the name
 // and type to the reader and makes no dentry (fuse_direntplus_link():
 // "the userspace filesystem did not want to return attributes/handle
 // for this entry"); a stat of it is a LOOKUP.
+
+// statWalkFor is how long READDIRPLUS gives every entry's attributes
+// after a stat of an entry it left without them.
+const statWalkFor = 2 * time.Second
 
 var _ = (fs.FileLookuper)((*dirHandle)(nil))
 
@@ -41,6 +50,7 @@ var _ = (fs.FileLookuper)((*dirHandle)(nil))
 // (go-fuse's bridge asks the directory handle before the node).
 func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if !d.attrsOf(name) {
+		d.n.skipped.Store(true)
 		// go-fuse leaves the entry's node ID 0.
 		return nil, syscall.ENOENT
 	}
@@ -58,18 +68,5 @@ func (d *dirHandle) attrsOf(name string) bool {
 		// say (DT_UNKNOWN), or a directory.
 		return true
 	}
-	if d.n.GetChild(name) != nil {
-		return true
-	}
-	return d.n.subtreeStatted()
-}
-
-// subtreeStatted reports whether n or a directory above it is statted.
-func (n *node) subtreeStatted() bool {
-	for p := &n.Inode; p != nil; _, p = p.Parent() {
-		if pn, ok := p.Operations().(*node); ok && pn.statted.Load() {
-			return true
-		}
-	}
-	return false
+	return d.n.GetChild(name) != nil || time.Now().UnixNano() < d.n.ofs.statWalk.Load()
 }

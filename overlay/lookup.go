@@ -18,10 +18,10 @@ var _ = (fs.NodeLookuper)((*node)(nil))
 // Lookup resolves name across the layers (lower.Chain.Lookup).
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	child, errno := n.lookup(ctx, name, out)
-	if errno == 0 && out.Attr.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-		// Someone wants more of this directory than its names
+	if errno == 0 && out.Attr.Mode&syscall.S_IFMT != syscall.S_IFDIR && n.skipped.Load() {
+		// Someone wants more of a listing than its names
 		// (listattrs.go).
-		n.statted.Store(true)
+		n.ofs.statWalk.Store(time.Now().Add(statWalkFor).UnixNano())
 	}
 	return child, errno
 }

@@ -104,6 +104,9 @@ type FS struct {
 	log    *log.Logger
 	stats  stats
 	raw    *rawFS
+	// statWalk is when, in Unix nanoseconds, READDIRPLUS stops giving
+	// the attributes of every entry (listattrs.go).
+	statWalk atomic.Int64
 
 	// nosec says FUSE_HANDLE_KILLPRIV_V2 is negotiated: the kernel trusts
 	// S_NOSEC and goverlay removes privileges itself (nosecWhy says why).

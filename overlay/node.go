@@ -46,10 +46,9 @@ type node struct {
 	nosec privs.NoSec
 	// fastExec is a directory's "anyone may search it" bit (fastexec.go).
 	fastExec atomic.Bool
-	// statted is set on a directory once the kernel has looked up a
-	// non-directory in it: READDIRPLUS then gives the attributes of
-	// every entry in its subtree (listattrs.go).
-	statted atomic.Bool
+	// skipped is set on a directory once a READDIRPLUS of it gave an
+	// entry without attributes (listattrs.go).
+	skipped atomic.Bool
 
 	// mu guards the fields below, which a copy-up or a rename changes.
 	mu sync.Mutex
