@@ -41,7 +41,8 @@ import (
 // for this entry"); a stat of it is a LOOKUP.
 
 // statWalkFor is how long READDIRPLUS gives every entry's attributes
-// after a stat of an entry it left without them.
+// after a LOOKUP of a non-directory in a directory whose READDIRPLUS left
+// entries without them.
 const statWalkFor = 2 * time.Second
 
 var _ = (fs.FileLookuper)((*dirHandle)(nil))

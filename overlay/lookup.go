@@ -26,7 +26,8 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	return child, errno
 }
 
-// lookup is Lookup, also of READDIRPLUS.
+// lookup is Lookup without the stat-walk signal: READDIRPLUS's lookups
+// (dirHandle.Lookup) are not a sign that anyone stats.
 func (n *node) lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if lower.IsWhiteoutName(name) {
 		// The AUFS format's names are never part of the merged view.
