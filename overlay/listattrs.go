@@ -7,6 +7,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // READDIRPLUS gives attributes where they will be used.
@@ -23,11 +24,18 @@ import (
 // READDIRPLUS gives them for a whole batch in one request where each
 // entry would otherwise cost a LOOKUP.
 //
-// So a READDIRPLUS entry gives attributes (a lookup):
+// A file the kernel already knows (go-fuse holds its node) by this one
+// name gets the attributes GETATTR would give, from its node's file (one
+// stat), not a lookup (a stat in each layer that may hold the name and a
+// read of its xattrs): an rm -rf of a tree just copied into the mount
+// lists directories whose every entry is known. They refresh what the
+// kernel keeps that no reply since has updated (st_blocks once the
+// writeback cache wrote the data, st_nlink once another name was linked).
+//
+// Otherwise a READDIRPLUS entry gives attributes (a lookup):
 //   - if it is a directory, which a walk enters (the lookup saves a
-//     LOOKUP then);
-//   - if the kernel already knows the name (go-fuse holds its node): its
-//     attributes are refreshed;
+//     LOOKUP then; a known one may have had its attributes invalidated by
+//     a change inside it, fuse_dir_changed());
 //   - while a stat walk goes on: for statWalkFor after the kernel looked
 //     up a non-directory in a directory whose READDIRPLUS left entries
 //     without attributes (node.skipped; FS.statWalk, set by Lookup). The
@@ -50,6 +58,19 @@ var _ = (fs.FileLookuper)((*dirHandle)(nil))
 // Lookup is READDIRPLUS's lookup of the entry Readdirent returned last
 // (go-fuse's bridge asks the directory handle before the node).
 func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if in := d.n.GetChild(name); in != nil && !in.IsDir() {
+		c := in.Operations().(*node)
+		var st unix.Stat_t
+		if c.onlyName(name) && c.stat(&st) == nil {
+			c.fillAttr(&st, &out.Attr)
+			c.setEntryTimeouts(out)
+			return in, 0
+		}
+		// Gone meanwhile, or a node with other names, which a copy-up
+		// may have parted from this one (a lower file's hard links):
+		// the lookup says what the name is now.
+		return d.n.lookup(ctx, name, out)
+	}
 	if !d.attrsOf(name) {
 		d.n.skipped.Store(true)
 		// go-fuse leaves the entry's node ID 0.
@@ -69,5 +90,12 @@ func (d *dirHandle) attrsOf(name string) bool {
 		// say (DT_UNKNOWN), or a directory.
 		return true
 	}
-	return d.n.GetChild(name) != nil || time.Now().UnixNano() < d.n.ofs.statWalk.Load()
+	return time.Now().UnixNano() < d.n.ofs.statWalk.Load()
+}
+
+// onlyName reports whether name is the one name n is known by.
+func (n *node) onlyName(name string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.linkCountLocked() == 1 && n.link0.name == name
 }

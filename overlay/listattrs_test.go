@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -107,5 +108,75 @@ func TestReaddirPlusAttrsWhereUsed(t *testing.T) {
 	}
 	if statSub != 0 {
 		t.Errorf("stat of a/sub's files after the listing: %d lookups, want 0", statSub)
+	}
+}
+
+// TestReaddirPlusKnownEntries: a listing of a directory whose entries
+// the kernel already knows (made through the mount) looks up none of its
+// files, even during a stat walk, but its subdirectory (whose attributes
+// the kernel may have dropped); stats of the files still show what was
+// written, and removing them all (rm -rf's listing) works.
+func TestReaddirPlusKnownEntries(t *testing.T) {
+	lo := t.TempDir()
+	write(t, lo+"/keep", "lower")
+	mnt, _, f := nosecMount(t, NoSecInherit, false, lo)
+	const files, sets = 12, 8
+	k := 0
+	var listed, statted uint64
+	if !undisturbed(t, func() bool {
+		if k == sets {
+			return false
+		}
+		d := fmt.Sprintf("%s/new%d", mnt, k)
+		k++
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(d+"/sub", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i := range files {
+			write(t, fmt.Sprintf("%s/f%d", d, i), fmt.Sprintf("%*d", i+1, i))
+		}
+		// A stat walk under way would look up every entry the
+		// kernel does not know.
+		f.statWalk.Store(time.Now().Add(time.Hour).UnixNano())
+		defer f.statWalk.Store(0)
+		before := f.Stats().Lookups
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ents) != files+1 {
+			t.Fatalf("%s lists %d entries, want %d", d, len(ents), files+1)
+		}
+		listed = f.Stats().Lookups - before
+		before = f.Stats().Lookups
+		for i := range files {
+			var st unix.Stat_t
+			name := fmt.Sprintf("%s/f%d", d, i)
+			if err := unix.Lstat(name, &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Size != int64(i+1) || st.Mode != unix.S_IFREG|0o644 {
+				t.Errorf("%s: size %d mode %#o, want %d %#o", name, st.Size, st.Mode, i+1, unix.S_IFREG|0o644)
+			}
+		}
+		statted = f.Stats().Lookups - before
+		if err := os.RemoveAll(d); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(d); !os.IsNotExist(err) {
+			t.Fatalf("%s after RemoveAll: %v", d, err)
+		}
+		return true
+	}) {
+		t.Skip("other tests dropped the caches during every try: nothing to measure")
+	}
+	if listed != 1 {
+		t.Errorf("listing a directory of %d known files and a known subdirectory looked up %d entries, want 1 (the subdirectory)", files, listed)
+	}
+	if statted != 0 {
+		t.Errorf("stats of known files sent %d lookups, want none", statted)
 	}
 }
