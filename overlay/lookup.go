@@ -23,6 +23,11 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		// (listattrs.go).
 		n.ofs.statWalk.Store(time.Now().Add(statWalkFor).UnixNano())
 	}
+	if errno == 0 && out.Attr.Mode&syscall.S_IFMT == syscall.S_IFREG {
+		c := child.Operations().(*node)
+		n.ofs.lastLookup.Store(c)
+		c.prefetch(ctx, int64(out.Attr.Size))
+	}
 	return child, errno
 }
 

@@ -107,6 +107,11 @@ type FS struct {
 	// statWalk is when, in Unix nanoseconds, READDIRPLUS stops giving
 	// the attributes of every entry (listattrs.go).
 	statWalk atomic.Int64
+	// readWalk is when, in Unix nanoseconds, a LOOKUP of a file stops
+	// starting the read of its data; lastLookup is the file the kernel
+	// looked up last (prefetch.go).
+	readWalk   atomic.Int64
+	lastLookup atomic.Pointer[node]
 
 	// nosec says FUSE_HANDLE_KILLPRIV_V2 is negotiated: the kernel trusts
 	// S_NOSEC and goverlay removes privileges itself (nosecWhy says why).

@@ -225,6 +225,7 @@ var (
 // return (fuse.ReadResultFd): once given back, the shared fd may be
 // closed (fdRing, OnForget).
 func (n *node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n.noteRead(off)
 	if h, ok := f.(*handle); ok {
 		return h.Read(ctx, dest, off)
 	}

@@ -153,7 +153,10 @@ func TestNoOpenRing(t *testing.T) {
 		write(t, fmt.Sprintf("%s/f%d", lo, i), want[i])
 	}
 	mnt, f := mountFS(t, Options{Lower: []string{lo}, Upper: t.TempDir(), Work: t.TempDir()})
+	// Under the ring's lock: the daemon's threads read it.
+	f.fds.mu.Lock()
 	f.fds.nodes = make([]*node, 2)
+	f.fds.mu.Unlock()
 	fds := openFDs(t)
 	files := make([]*os.File, 10)
 	for i := range files {

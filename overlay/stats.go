@@ -13,6 +13,8 @@ type stats struct {
 	// lookups that reached the daemon, those that found nothing, and
 	// attribute refreshes (GETATTR) served
 	lookups, negativeLookups, getattrs atomic.Uint64
+	// files whose data a LOOKUP started reading during a read walk
+	prefetches atomic.Uint64
 	// directories instantiated, by their fast-exec bit
 	fastExecDirs, restrictedDirs atomic.Uint64
 	// requests whose handler panicked (answered EIO: FS.panicked)

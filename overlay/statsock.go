@@ -68,7 +68,10 @@ type Stats struct {
 	// Getattrs counts attribute refreshes served.
 	Lookups         uint64 `json:"lookups"`
 	NegativeLookups uint64 `json:"lookups_not_found"`
-	Getattrs        uint64 `json:"attribute_requests"`
+	// Prefetches counts files whose data a LOOKUP started reading
+	// during a read walk (prefetch.go).
+	Prefetches uint64 `json:"reads_started_at_lookup"`
+	Getattrs   uint64 `json:"attribute_requests"`
 	// FastExecDirs and RestrictedDirs count directories instantiated by
 	// their fast-exec bit: searchable by everyone (attributes trusted
 	// for an hour) or not (for a second; overlay/fastexec.go).
@@ -117,6 +120,7 @@ func (f *FS) Stats() Stats {
 		OpensCached:       f.stats.opensCached.Load(),
 		Lookups:           f.stats.lookups.Load(),
 		NegativeLookups:   f.stats.negativeLookups.Load(),
+		Prefetches:        f.stats.prefetches.Load(),
 		Getattrs:          f.stats.getattrs.Load(),
 		FastExecDirs:      f.stats.fastExecDirs.Load(),
 		RestrictedDirs:    f.stats.restrictedDirs.Load(),

@@ -92,6 +92,7 @@ func statsRows(s overlay.Stats) []statsRow {
 		{"opens_through_goverlay", n(s.OpensCached), "file opens whose reads and writes go through goverlay"},
 		{"lookups", n(s.Lookups), "name lookups the kernel asked goverlay for"},
 		{"lookups_not_found", n(s.NegativeLookups), "of them for a name that does not exist (the kernel then remembers that)"},
+		{"reads_started_at_lookup", n(s.Prefetches), "files whose data a lookup started reading, while files were read one after the other"},
 		{"attribute_requests", n(s.Getattrs), "stat requests the kernel could not answer from its cache"},
 		{"dirs_searchable_by_all", n(s.FastExecDirs), "directories anyone may search: the kernel keeps their attributes for an hour"},
 		{"dirs_search_restricted", n(s.RestrictedDirs), "directories some users may not search: their attributes are checked again after a second"},
