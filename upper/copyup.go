@@ -302,26 +302,28 @@ func copyData(out, in int, size int64) error {
 // CopyRange copies up to n bytes of in at inOff to out at outOff, as
 // copy_file_range(2) between two files of a mount does: with
 // copy_file_range, else through a buffer where the two filesystems cannot
-// copy between themselves (EXDEV across filesystems, EOPNOTSUPP). It
-// stops at the end of in and returns the bytes copied, which are the
-// bytes copied so far when it fails after some.
+// copy between themselves (EXDEV across filesystems, EOPNOTSUPP), or
+// where copy_file_range copies nothing before the end of the range: some
+// filesystems answer 0 for files they cannot copy, which must not end a
+// copy-up short (copyData fills the rest with a hole); the buffer copy
+// then finds the real end. It stops at the end of in and returns the
+// bytes copied, which are the bytes copied so far when it fails after
+// some.
 func CopyRange(out, in int, outOff, inOff, n int64) (int64, error) {
 	var done int64
 	for done < n {
 		roff, woff := inOff+done, outOff+done
 		c, err := unix.CopyFileRange(in, &roff, out, &woff, int(min(n-done, 1<<30)), 0)
-		if err != nil {
-			if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) ||
-				errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) {
-				k, err := readWriteAt(out, in, outOff+done, inOff+done, n-done)
-				return done + k, err
-			}
-			return done, err
+		if err == nil && c > 0 {
+			done += int64(c)
+			continue
 		}
-		if c == 0 {
-			break // the end of in
+		if err == nil || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) ||
+			errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) {
+			k, err := readWriteAt(out, in, outOff+done, inOff+done, n-done)
+			return done + k, err
 		}
-		done += int64(c)
+		return done, err
 	}
 	return done, nil
 }
