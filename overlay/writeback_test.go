@@ -244,3 +244,52 @@ func TestDecideIO(t *testing.T) {
 		}
 	}
 }
+
+// TestWritebackXattrBlocks: an xattr too large for the inode takes a block
+// of its own in the upper file; with the writeback cache the kernel keeps
+// the file's attributes, and a listing it has cached refreshes nothing,
+// yet stat(2) reports the upper file's st_blocks after the xattr is set
+// and after it is removed, as the kernel overlay does.
+func TestWritebackXattrBlocks(t *testing.T) {
+	lo := openDir(t)
+	write(t, lo+"/f", "f")
+	mnt, up := writebackMount(t, lo)
+	for range 2 { // the second listing comes from the kernel's cache
+		if _, err := os.ReadDir(mnt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(mnt+"/f", &st); err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("x"), 3000)
+	blocks := func(what string) {
+		t.Helper()
+		var live, upper unix.Stat_t
+		if err := unix.Stat(mnt+"/f", &live); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Stat(up+"/f", &upper); err != nil {
+			t.Fatal(err)
+		}
+		if live.Blocks != upper.Blocks {
+			t.Errorf("after %s: st_blocks %d through the mount, %d in the upper file", what, live.Blocks, upper.Blocks)
+		}
+	}
+	if err := unix.Setxattr(mnt+"/f", "user.big", big, 0); err != nil {
+		t.Fatal(err)
+	}
+	var upper unix.Stat_t
+	if err := unix.Stat(up+"/f", &upper); err != nil {
+		t.Fatal(err)
+	}
+	if upper.Blocks == st.Blocks {
+		t.Skipf("the upper filesystem keeps a %d-byte xattr without a block (st_blocks %d)", len(big), upper.Blocks)
+	}
+	blocks("setxattr")
+	if err := unix.Removexattr(mnt+"/f", "user.big"); err != nil {
+		t.Fatal(err)
+	}
+	blocks("removexattr")
+}

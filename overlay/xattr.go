@@ -7,6 +7,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/goverlay/goverlay/lower"
 	"github.com/goverlay/goverlay/privs"
@@ -102,6 +103,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 			return errno(err)
 		}
 	}
+	blocks := n.blocksBefore()
 	d, _, err := n.toUpper(ctx, copyMeta)
 	if err != nil {
 		return errno(err)
@@ -109,7 +111,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	e := n.withUpperName(d, func(d *lower.Dir, name string) syscall.Errno {
 		return errno(upper.Setxattr(d, name, attr, data, int(flags)))
 	})
-	n.xattrChanged(attr)
+	n.xattrChanged(attr, blocks)
 	return e
 }
 
@@ -124,6 +126,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if _, errno := n.Getxattr(ctx, attr, nil); errno != 0 && errno != syscall.ERANGE {
 		return errno
 	}
+	blocks := n.blocksBefore()
 	d, _, err := n.toUpper(ctx, copyMeta)
 	if err != nil {
 		return errno(err)
@@ -131,12 +134,44 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	e := n.withUpperName(d, func(d *lower.Dir, name string) syscall.Errno {
 		return errno(upper.Removexattr(d, name, attr))
 	})
-	n.xattrChanged(attr)
+	n.xattrChanged(attr, blocks)
 	return e
 }
 
-// xattrChanged updates what depends on attribute attr of n.
-func (n *node) xattrChanged(attr string) {
+// An xattr too large for the inode takes a block of its own on most
+// filesystems (ext4, xfs), and st_blocks counts it. The kernel keeps a
+// regular file's attributes under the writeback cache, and a SETXATTR or
+// REMOVEXATTR refreshes only its ctime (fuse_setxattr(),
+// fuse_update_ctime(); ctime is one of the attributes the kernel then
+// keeps itself, fuse_get_cache_mask()): stat(2) would go on reporting
+// the blocks of before, where the kernel overlay reports the upper
+// file's. So when the change moved st_blocks, the kernel is told to ask
+// again (FUSE_NOTIFY_INVAL_INODE for the attributes only, which waits
+// for no lock, before the reply).
+
+// blocksBefore returns n's st_blocks before an xattr change, or -1 where
+// the kernel asks for them anyway (not a regular file, or no writeback
+// cache) or the stat failed.
+func (n *node) blocksBefore() int64 {
+	if n.isDir() || !n.ofs.writeback.Load() {
+		return -1
+	}
+	var st unix.Stat_t
+	if n.stat(&st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return -1
+	}
+	return st.Blocks
+}
+
+// xattrChanged updates what depends on attribute attr of n, which had
+// blocks (blocksBefore) before the change.
+func (n *node) xattrChanged(attr string, blocks int64) {
+	if blocks >= 0 {
+		var st unix.Stat_t
+		if n.stat(&st) == nil && st.Blocks != blocks {
+			n.NotifyContent(-1, 0)
+		}
+	}
 	if isSecurityXattr(attr) {
 		n.invalidateNoSec()
 	}
