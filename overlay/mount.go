@@ -332,6 +332,7 @@ func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 		return nil, err
 	}
 	f.granted(srv)
+	f.teachNoOpen(mountpoint)
 	// One notice per mount, with -d or --log: the two decisions that
 	// shape every write (goverlay stats shows them always).
 	if f.opts.Verbose || f.opts.Debug {

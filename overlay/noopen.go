@@ -2,6 +2,8 @@ package overlay
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 
@@ -334,4 +336,58 @@ func (n *node) heldLocked() bool {
 	// NodeOnForgetter it points to instead tells only when they end,
 	// and OnForget uses it so.
 	return n.ofs.io.noOpen && !n.Forgotten() //nolint:staticcheck
+}
+
+// The kernel learns that the daemon answers no OPEN at the first OPEN
+// (fuse_file_open(): fc->no_open). Until then every file a CREATE made
+// is released with a RELEASE at its last close (fuse_file_put()): an
+// untar or a shell loop of `echo > f` into a fresh mount, which opens no
+// file, paid one more request per file for nothing. So once the mount is
+// live, and before anyone uses it, teachNoOpen opens one regular file of
+// the mount, found in a short walk from its root.
+
+// noOpenWalk bounds teachNoOpen's walk: directories read, entries looked
+// at, files tried.
+const (
+	noOpenDirs    = 32
+	noOpenEntries = 2048
+	noOpenTries   = 8
+)
+
+// teachNoOpen opens and closes one regular file of the mount at
+// mountpoint, so that the kernel has its OPEN answered ENOSYS and opens
+// every file by itself from then on. It reports whether it did; a mount
+// without a regular file it may open within the walk's bounds learns it
+// at the first OPEN, as before.
+func (f *FS) teachNoOpen(mountpoint string) bool {
+	if !f.io.noOpen || f.ReadOnly() {
+		// No CREATE on a read-only mount, and OPEN requests with
+		// noopen=0 are answered.
+		return false
+	}
+	dirs, entries, tries := []string{mountpoint}, 0, 0
+	for n := 0; n < len(dirs) && n < noOpenDirs && entries < noOpenEntries; n++ {
+		d, err := os.Open(dirs[n])
+		if err != nil {
+			continue
+		}
+		ents, _ := d.ReadDir(noOpenEntries - entries)
+		d.Close()
+		entries += len(ents)
+		for _, e := range ents {
+			p := filepath.Join(dirs[n], e.Name())
+			switch {
+			case e.IsDir():
+				dirs = append(dirs, p)
+			case e.Type().IsRegular() && tries < noOpenTries:
+				tries++
+				fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+				if err == nil {
+					unix.Close(fd)
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

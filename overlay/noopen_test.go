@@ -109,6 +109,76 @@ func TestNoOpen(t *testing.T) {
 	}
 }
 
+// TestNoOpenTaughtAtMount: a mount whose first use creates files (an
+// untar, a shell loop of `echo > f`) sends no RELEASE for them: the mount
+// opened one regular file (two directories down here) before it was
+// handed over, so the kernel already knows that it opens files by itself.
+// A mount with no regular file to open (an empty lower) learns it at the
+// first OPEN, as before, and works the same.
+func TestNoOpenTaughtAtMount(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		lower    func(dir string)
+		releases bool
+	}{
+		{"deep file", func(lo string) {
+			if err := os.MkdirAll(lo+"/etc/ssl", 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("etc/ssl", lo+"/link"); err != nil {
+				t.Fatal(err)
+			}
+			write(t, lo+"/etc/ssl/cert", "c")
+		}, false},
+		{"no file", func(lo string) {
+			if err := os.MkdirAll(lo+"/empty/dir", 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lo := t.TempDir()
+			c.lower(lo)
+			var log syncBuffer
+			up, work := t.TempDir(), t.TempDir()
+			mnt := mountT(t, Options{Lower: []string{lo}, Upper: up, Work: work, Debug: true, Logger: stdlog.New(&log, "", 0)})
+			for i := range 5 {
+				name := fmt.Sprintf("%s/f%d", mnt, i)
+				if err := os.WriteFile(name, []byte(name), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range 5 {
+				if got, want := readFile(t, fmt.Sprintf("%s/f%d", up, i)), fmt.Sprintf("%s/f%d", mnt, i); got != want {
+					t.Errorf("upper f%d: %q, want %q", i, got, want)
+				}
+			}
+			if c.releases {
+				// Nothing opened before the creates: each
+				// created file is released (RELEASE is sent
+				// after close(2) returns).
+				n := 0
+				for deadline := time.Now().Add(5 * time.Second); n < 5 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+					n = strings.Count(log.String(), ": RELEASE n") - strings.Count(log.String(), ": RELEASE n18446744073709551615 ")
+				}
+				if n != 5 {
+					t.Errorf("%d RELEASE requests for 5 created files in a mount with nothing to open, want 5", n)
+				}
+				return
+			}
+			lines := log.String()
+			rel := grepLines(lines, ": RELEASE ", "RELEASE n18446744073709551615 ")
+			if rel != "" {
+				t.Errorf("RELEASE requests for files created in a fresh mount:\n%s", rel)
+			}
+			opens := grepLines(lines, ": OPEN ", "OPEN n18446744073709551615 ")
+			if strings.Count(opens, "\n") != 0 || opens == "" {
+				t.Errorf("want one OPEN (at mount), got:\n%s", opens)
+			}
+		})
+	}
+}
+
 // openFDs counts this process's open fds (the daemon's, in-process here).
 func openFDs(t *testing.T) int {
 	t.Helper()
