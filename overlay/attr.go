@@ -136,7 +136,10 @@ func (n *node) setattrAt(f fs.FileHandle, d *lower.Dir, name string, in *fuse.Se
 		if err == nil && !done {
 			err = upper.Chown(d, name, u, g)
 		}
-		n.invalidateNoSec()
+		// NoSec stays: a chown gives a file no set-id bit and no
+		// capability (it may take them), so a file known clean
+		// stays clean, and the strip that FATTR_KILL_SUIDGID asks
+		// for below has nothing to do on it (killPrivs).
 		if err != nil && !n.ofs.opts.Owners.squashed() {
 			// With squashing, every file shows the squashed
 			// owner, and chown always succeeds (fuse-overlayfs).

@@ -95,6 +95,9 @@ func (f *FS) copyOverride(d *lower.Dir, name string, st *unix.Stat_t) *lower.Ove
 // the change is for the caller to make for real. The other fields stay as
 // the xattr (or, without one yet, the real stat) has them.
 func (f *FS) setattrOverride(d *lower.Dir, name string, mode *uint32, uid, gid int) (done bool, err error) {
+	if f.upper.Override == lower.OverrideNone {
+		return false, nil
+	}
 	var st unix.Stat_t
 	if err := d.Stat(nameOrDot(name), &st); err != nil {
 		return false, err

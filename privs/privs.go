@@ -86,8 +86,9 @@ func Check(f File, mode uint32) (clean bool, err error) {
 
 // NoSec is the per-inode fact "this file carries no suid, no sgid and no
 // security.capability". Set only after a full check; cleared by everything
-// that can make it false (chmod, chown, setxattr/removexattr of a security.*
-// name, copy-up, a rename over the file), after the change.
+// that can make it false (chmod, setxattr/removexattr of a security.* name,
+// copy-up, a rename over the file), after the change. A chown cannot: it
+// adds no set-id bit and no capability.
 //
 // A check races with a change: Begin before the check returns a generation
 // that Set must still find, so a check that read the file before a change

@@ -141,12 +141,13 @@ func (l *Layer) createTmpfile(d *lower.Dir, name string, o Object) (int, error) 
 		return -1, err
 	}
 	// Owner first, unless the file has it already (the daemon's own, as
-	// probed): chown clears suid/sgid. Then the exact mode (the process
-	// umask applied to the open).
+	// probed): chown clears suid/sgid. Then the exact mode, unless the
+	// open gave it: the process umask took nothing from it, and it has
+	// no set-id or sticky bit (probeTmpfile).
 	if o.Uid != l.tmpOwner[0] || o.Gid != l.tmpOwner[1] {
 		err = unix.Fchown(fd, int(o.Uid), int(o.Gid))
 	}
-	if err == nil {
+	if err == nil && (o.Mode&07000 != 0 || o.Mode&l.tmpMask != 0 || !l.tmpMaskOnly) {
 		err = unix.Fchmod(fd, o.Mode&07777)
 	}
 	if err == nil && o.ACL != nil {
@@ -190,10 +191,12 @@ func (l *Layer) linkFd(fd, dfd int, name string) error {
 // probeTmpfile finds how O_TMPFILE files can be made in the workdir and
 // linked (tmpfileEmptyPath, tmpfileProc), by linking one into the workdir
 // and removing it again, and records the owner such a file gets
-// (l.tmpOwner: the daemon's fsuid, and its fsgid or the workdir's group).
+// (l.tmpOwner: the daemon's fsuid, and its fsgid or the workdir's group)
+// and what the open takes from its mode (l.tmpMask: the daemon's umask;
+// l.tmpMaskOnly: no ACL either).
 func (l *Layer) probeTmpfile() int {
 	for _, how := range []int{tmpfileEmptyPath, tmpfileProc} {
-		fd, err := unix.Openat(l.wfd, ".", unix.O_RDWR|unix.O_TMPFILE|unix.O_CLOEXEC, 0o600)
+		fd, err := unix.Openat(l.wfd, ".", unix.O_RDWR|unix.O_TMPFILE|unix.O_CLOEXEC, 0o777)
 		if err != nil {
 			return tmpfileNone
 		}
@@ -202,6 +205,9 @@ func (l *Layer) probeTmpfile() int {
 			unix.Close(fd)
 			return tmpfileNone
 		}
+		_, aclErr := unix.Fgetxattr(fd, ACLAccessXattr, nil)
+		l.tmpMask = 0o777 &^ (st.Mode & 0o777)
+		l.tmpMaskOnly = errors.Is(aclErr, unix.ENODATA) || errors.Is(aclErr, unix.EOPNOTSUPP)
 		l.tmpfile = how
 		name := l.tmpName()
 		err = l.linkFd(fd, l.wfd, name)

@@ -75,6 +75,13 @@ type Layer struct {
 	// tmpOwner is the uid and gid an O_TMPFILE file in the workdir
 	// starts with (probeTmpfile): createTmpfile chowns only to others.
 	tmpOwner [2]uint32
+	// tmpMask is what the open of an O_TMPFILE file in the workdir
+	// takes from the mode it asks for (the daemon's umask), and
+	// tmpMaskOnly says that it does nothing else (no default ACL of
+	// the workdir gives the file an ACL): createTmpfile then sets the
+	// mode only where the open did not give it (probeTmpfile).
+	tmpMask     uint32
+	tmpMaskOnly bool
 }
 
 // workName is the scratch subdirectory, as the kernel names it
