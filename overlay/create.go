@@ -67,6 +67,7 @@ func (n *node) inherit(ctx context.Context, pd *lower.Dir, o *upper.Object) erro
 		if err != nil {
 			return fmt.Errorf("read the default ACL: %w", err)
 		}
+		o.DirHasNoACL = def == nil
 	}
 	in, err := upper.Inherit(def, o.Mode, n.ofs.raw.umask(ctx))
 	if err != nil {

@@ -61,6 +61,9 @@ type Object struct {
 	// ACL and DefaultACL are the access and default ACL xattrs to give
 	// the object (Inherit computes them); nil for none.
 	ACL, DefaultACL []byte
+	// DirHasNoACL says that the directory it goes in was read and has
+	// no default ACL: a file made there in place gets none from it.
+	DirHasNoACL bool
 }
 
 // Create makes o as name in the upper directory d, which holds over at
@@ -69,11 +72,11 @@ type Object struct {
 // renamed into place; over a whiteout the rename is an exchange and the
 // whiteout is then removed from the workdir (Linux:
 // ovl_create_over_whiteout()). Its ACLs are set before it is published
-// too. A regular file on a free name, the common
-// case, is made as an unnamed O_TMPFILE instead and given its name with
-// linkat (createTmpfile), unless the upper keeps owners and modes in the
-// override xattr (make writes it). It returns an open fd for a regular file, -1
-// otherwise.
+// too. A regular file on a free name, the common case, is made in place
+// when the open gives it all it must have (createInPlace), else as an
+// unnamed O_TMPFILE given its name with linkat (createTmpfile), unless
+// the upper keeps owners and modes in the override xattr (make writes
+// it). It returns an open fd for a regular file, -1 otherwise.
 func (l *Layer) Create(d *lower.Dir, name string, o Object, over Over) (int, error) {
 	return l.CreateStat(d, name, o, over, nil)
 }
@@ -83,6 +86,9 @@ func (l *Layer) Create(d *lower.Dir, name string, o Object, over Over) (int, err
 // or its name in the workdir before it is published) and never from name
 // in d, which may hold something else by the time anyone looks.
 func (l *Layer) CreateStat(d *lower.Dir, name string, o Object, over Over, st *unix.Stat_t) (int, error) {
+	if l.inPlace(o, over) {
+		return l.createInPlace(d, name, o, st)
+	}
 	if over == OverNothing && o.Mode&unix.S_IFMT == unix.S_IFREG && o.Flags&unix.O_ACCMODE != unix.O_RDONLY && l.tmpfile != tmpfileNone && !l.KeepsOverride(o.Mode) {
 		fd, err := l.createTmpfile(d, name, o)
 		if err == nil && st != nil {
@@ -163,6 +169,60 @@ func (l *Layer) createTmpfile(d *lower.Dir, name string, o Object) (int, error) 
 	if err != nil {
 		unix.Close(fd)
 		return -1, err
+	}
+	return fd, nil
+}
+
+// A regular file that the open itself gives all it must have is made in
+// place, as Linux's ovl_create_upper() makes it: openat(O_CREAT|O_EXCL)
+// in its directory. It is so when the file goes on a free name, belongs to
+// the daemon's own fsuid and fsgid (what an O_TMPFILE file in the
+// workdir gets, probeTmpfile), has no ACL to get (none inherited, and its
+// directory has no default ACL that the upper filesystem would apply), no
+// set-id or sticky bit, and a mode the daemon's umask takes nothing from.
+// It then never exists with another owner or mode, as with the unnamed
+// file, and costs two system calls (openat, fstat) where the unnamed file
+// costs three (openat, linkat, fstat).
+
+// inPlace reports whether o over over is made in place.
+func (l *Layer) inPlace(o Object, over Over) bool {
+	return over == OverNothing && o.Mode&unix.S_IFMT == unix.S_IFREG && l.tmpfile != tmpfileNone &&
+		!l.KeepsOverride(o.Mode) && o.ACL == nil && o.DirHasNoACL && l.tmpMaskOnly &&
+		o.Mode&07000 == 0 && o.Mode&l.tmpMask == 0 &&
+		o.Uid == l.tmpOwner[0] && o.Gid == l.tmpOwner[1]
+}
+
+// createInPlace makes the regular file o as name in d (inPlace), with st
+// its stat when st is not nil, and returns its fd.
+func (l *Layer) createInPlace(d *lower.Dir, name string, o Object, st *unix.Stat_t) (int, error) {
+	fd := -1
+	err := d.Do(func(dfd int) error {
+		var err error
+		fd, err = unix.Openat(dfd, name, o.Flags|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, o.Mode&07777)
+		return err
+	})
+	if err != nil {
+		return -1, err
+	}
+	var own unix.Stat_t
+	if st == nil {
+		st = &own
+	}
+	if err := unix.Fstat(fd, st); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	// Should the process umask have changed since it was probed, the
+	// mode is set as asked, through the fd.
+	if st.Mode&07777 != o.Mode&07777 {
+		err = unix.Fchmod(fd, o.Mode&07777)
+		if err == nil {
+			err = unix.Fstat(fd, st)
+		}
+		if err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
 	}
 	return fd, nil
 }

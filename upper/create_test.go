@@ -891,3 +891,76 @@ func TestRenameUndo(t *testing.T) {
 	xattrIs(t, e.upper("e"), lower.TrustedPrefix+"opaque", "y")
 	e.wantWorkEmpty(t)
 }
+
+// TestCreateInPlace: a regular file that the open gives all it must have
+// (the daemon's own owner, no ACL, a mode the umask leaves whole) is made
+// in place with its exact mode and nothing passes through the workdir;
+// one the umask would cut, one with a set-id bit, one of another owner
+// and one in a directory with a default ACL go the other way, and every
+// one ends with its exact mode and owner. A umask changed after the probe
+// still gives the exact mode.
+func TestCreateInPlace(t *testing.T) {
+	withUmask(t, 0o022)
+	e := newEnv(t)
+	if e.l.tmpfile == tmpfileNone {
+		t.Skip("no O_TMPFILE on this filesystem")
+	}
+	root := e.up.Root()
+	own := e.l.tmpOwner
+	for _, c := range []struct {
+		name    string
+		o       Object
+		inPlace bool
+	}{
+		{"plain", Object{Mode: unix.S_IFREG | 0o644, Uid: own[0], Gid: own[1], DirHasNoACL: true}, true},
+		{"read-only", Object{Mode: unix.S_IFREG | 0o400, Uid: own[0], Gid: own[1], DirHasNoACL: true, Flags: unix.O_RDONLY}, true},
+		{"umask", Object{Mode: unix.S_IFREG | 0o666, Uid: own[0], Gid: own[1], DirHasNoACL: true}, false},
+		{"suid", Object{Mode: unix.S_IFREG | 0o4755, Uid: own[0], Gid: own[1], DirHasNoACL: true}, false},
+		{"owner", Object{Mode: unix.S_IFREG | 0o644, Uid: own[0] + 1000, Gid: own[1], DirHasNoACL: true}, false},
+		{"default ACL unknown", Object{Mode: unix.S_IFREG | 0o644, Uid: own[0], Gid: own[1]}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.o.Flags == 0 {
+				c.o.Flags = unix.O_WRONLY
+			}
+			if got := e.l.inPlace(c.o, OverNothing); got != c.inPlace {
+				t.Errorf("inPlace %v, want %v", got, c.inPlace)
+			}
+			if e.l.inPlace(c.o, OverWhiteout) {
+				t.Errorf("in place over a whiteout")
+			}
+			var st unix.Stat_t
+			fd, err := e.l.CreateStat(root, c.name, c.o, OverNothing, &st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			unix.Close(fd)
+			disk := lstat(t, e.upper(c.name))
+			if disk.Mode != c.o.Mode || disk.Uid != c.o.Uid || disk.Gid != c.o.Gid || disk.Nlink != 1 {
+				t.Errorf("mode %#o owner %d:%d nlink %d, want %#o %d:%d 1", disk.Mode, disk.Uid, disk.Gid, disk.Nlink, c.o.Mode, c.o.Uid, c.o.Gid)
+			}
+			if st.Ino != disk.Ino || st.Mode != disk.Mode {
+				t.Errorf("stat returned ino %d mode %#o, the file's %d %#o", st.Ino, st.Mode, disk.Ino, disk.Mode)
+			}
+			e.wantWorkEmpty(t)
+		})
+	}
+	// The umask changed after the probe: still the exact mode.
+	withUmask(t, 0o077)
+	o := Object{Mode: unix.S_IFREG | 0o644, Uid: own[0], Gid: own[1], DirHasNoACL: true, Flags: unix.O_WRONLY}
+	fd, err := e.l.Create(root, "late", o, OverNothing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	if st := lstat(t, e.upper("late")); st.Mode != o.Mode {
+		t.Errorf("after a umask change: mode %#o, want %#o", st.Mode, o.Mode)
+	}
+	// A taken name: EEXIST.
+	if fd, err := e.l.Create(root, "plain", o, OverNothing); !errors.Is(err, unix.EEXIST) {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		t.Errorf("create over an existing file: %v, want EEXIST", err)
+	}
+}

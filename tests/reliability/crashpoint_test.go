@@ -77,9 +77,13 @@ func opAppend(rel, data string) seqOp {
 	}}
 }
 
-func opCreate(rel string) seqOp {
-	return seqOp{"create " + rel, func(m string) error {
-		fd, err := unix.Open(filepath.Join(m, rel), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+func opCreate(rel string) seqOp { return opCreateMode(rel, 0o644) }
+
+// opCreateMode creates rel with mode: one with the sticky bit is not made
+// in place (upper.Layer.inPlace) but unnamed, then linked.
+func opCreateMode(rel string, mode uint32) seqOp {
+	return seqOp{fmt.Sprintf("create %s %#o", rel, mode), func(m string) error {
+		fd, err := unix.Open(filepath.Join(m, rel), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, mode)
 		if err != nil {
 			return err
 		}
@@ -144,17 +148,19 @@ var crashPoints = []crashPoint{
 		syscall: "unlinkat", nth: 1,
 	},
 	{
-		// A new file is made unnamed (O_TMPFILE), given its owner and
+		// A new file whose open would not give it its mode (here the
+		// sticky bit) is made unnamed (O_TMPFILE), given its owner and
 		// mode, then linked into place: killed before the linkat, it
-		// leaves nothing.
+		// leaves nothing. (One the open gives everything is made in
+		// place by that one openat: there is no state in between.)
 		name:  "create/after-fchmod-of-the-unnamed-file",
 		lower: func(l *testutil.Layer) { l.File("d/old", "old", 0o644) },
-		ops:   []seqOp{opCreate("d/new"), opAppend("d/new", "new")}, syscall: "fchmod", nth: 1,
+		ops:   []seqOp{opCreateMode("d/new", 0o1644), opAppend("d/new", "new")}, syscall: "fchmod", nth: 1,
 	},
 	{
 		name:  "create/after-linkat",
 		lower: func(l *testutil.Layer) { l.File("d/old", "old", 0o644) },
-		ops:   []seqOp{opCreate("d/new"), opAppend("d/new", "new")}, syscall: "linkat", nth: 1,
+		ops:   []seqOp{opCreateMode("d/new", 0o1644), opAppend("d/new", "new")}, syscall: "linkat", nth: 1,
 	},
 	{
 		name:  "create-over-whiteout/after-the-exchange",
