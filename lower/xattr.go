@@ -2,6 +2,7 @@ package lower
 
 import (
 	"errors"
+	"runtime"
 	"strings"
 	"unsafe"
 
@@ -190,4 +191,69 @@ func (d *Dir) isXattrWhiteout(name string) bool {
 		}
 	}
 	return false
+}
+
+// SetxattrAt sets attribute attr of entry name (not "") in d, without
+// following a symlink, with setxattrat(2) (Linux 6.13+): no path through
+// /proc/self/fd to resolve. It reports ok false, having done nothing, on
+// a kernel without the call; the caller then goes through /proc.
+func (d *Dir) SetxattrAt(name, attr string, data []byte, flags int) (ok bool, err error) {
+	if d.Layer.Caches.noXattrAt.Load() {
+		return false, nil
+	}
+	p, err := unix.BytePtrFromString(name)
+	if err != nil {
+		return true, err
+	}
+	a, err := unix.BytePtrFromString(attr)
+	if err != nil {
+		return true, err
+	}
+	args := xattrArgs{size: uint32(len(data)), flags: uint32(flags)}
+	if len(data) > 0 {
+		args.value = uint64(uintptr(unsafe.Pointer(&data[0])))
+	}
+	err = d.Do(func(fd int) error {
+		_, _, errno := unix.Syscall6(unix.SYS_SETXATTRAT, uintptr(fd), uintptr(unsafe.Pointer(p)),
+			unix.AT_SYMLINK_NOFOLLOW, uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(&args)), unsafe.Sizeof(args))
+		runtime.KeepAlive(data)
+		if errno != 0 {
+			return errno
+		}
+		return nil
+	})
+	if errors.Is(err, unix.ENOSYS) {
+		d.Layer.Caches.noXattrAt.Store(true)
+		return false, nil
+	}
+	return true, err
+}
+
+// RemovexattrAt removes attribute attr of entry name (not "") in d, as
+// SetxattrAt sets one (removexattrat(2)).
+func (d *Dir) RemovexattrAt(name, attr string) (ok bool, err error) {
+	if d.Layer.Caches.noXattrAt.Load() {
+		return false, nil
+	}
+	p, err := unix.BytePtrFromString(name)
+	if err != nil {
+		return true, err
+	}
+	a, err := unix.BytePtrFromString(attr)
+	if err != nil {
+		return true, err
+	}
+	err = d.Do(func(fd int) error {
+		_, _, errno := unix.Syscall6(unix.SYS_REMOVEXATTRAT, uintptr(fd), uintptr(unsafe.Pointer(p)),
+			unix.AT_SYMLINK_NOFOLLOW, uintptr(unsafe.Pointer(a)), 0, 0)
+		if errno != 0 {
+			return errno
+		}
+		return nil
+	})
+	if errors.Is(err, unix.ENOSYS) {
+		d.Layer.Caches.noXattrAt.Store(true)
+		return false, nil
+	}
+	return true, err
 }

@@ -83,6 +83,11 @@ func SetTimes(d *lower.Dir, name string, ts [2]unix.Timespec) error {
 // Setxattr sets attribute attr of name in d (d itself for ""), as
 // setxattr(2) does with flags.
 func Setxattr(d *lower.Dir, name, attr string, data []byte, flags int) error {
+	if name != "" {
+		if ok, err := d.SetxattrAt(name, attr, data, flags); ok {
+			return err
+		}
+	}
 	return xattrPath(d, name, func(p string, follow bool) error {
 		if follow {
 			return xattr.SetWithFlags(p, attr, data, flags)
@@ -93,6 +98,11 @@ func Setxattr(d *lower.Dir, name, attr string, data []byte, flags int) error {
 
 // Removexattr removes attribute attr of name in d (d itself for "").
 func Removexattr(d *lower.Dir, name, attr string) error {
+	if name != "" {
+		if ok, err := d.RemovexattrAt(name, attr); ok {
+			return err
+		}
+	}
 	return xattrPath(d, name, func(p string, follow bool) error {
 		if follow {
 			return xattr.Remove(p, attr)
