@@ -346,8 +346,8 @@ func (n *node) heldLocked() bool {
 // live, and before anyone uses it, teachNoOpen opens one regular file of
 // the mount, found in a short walk from its root.
 
-// noOpenWalk bounds teachNoOpen's walk: directories read, entries looked
-// at, files tried.
+// noOpenDirs, noOpenEntries and noOpenTries bound teachNoOpen's walk:
+// directories read, entries looked at, files tried.
 const (
 	noOpenDirs    = 32
 	noOpenEntries = 2048

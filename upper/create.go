@@ -208,21 +208,20 @@ func (l *Layer) createInPlace(d *lower.Dir, name string, o Object, st *unix.Stat
 	if st == nil {
 		st = &own
 	}
-	if err := unix.Fstat(fd, st); err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
+	err = unix.Fstat(fd, st)
 	// Should the process umask have changed since it was probed, the
 	// mode is set as asked, through the fd.
-	if st.Mode&07777 != o.Mode&07777 {
-		err = unix.Fchmod(fd, o.Mode&07777)
-		if err == nil {
+	if err == nil && st.Mode&07777 != o.Mode&07777 {
+		if err = unix.Fchmod(fd, o.Mode&07777); err == nil {
 			err = unix.Fstat(fd, st)
 		}
-		if err != nil {
-			unix.Close(fd)
-			return -1, err
-		}
+	}
+	if err != nil {
+		// Not half made: the name goes again (the kernel holds the
+		// directory for the create, so it is still this file).
+		unix.Close(fd)
+		d.Do(func(dfd int) error { return unix.Unlinkat(dfd, name, 0) })
+		return -1, err
 	}
 	return fd, nil
 }
