@@ -4,6 +4,7 @@ import (
 	"errors"
 	"runtime"
 	"strings"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -198,40 +199,33 @@ func (d *Dir) isXattrWhiteout(name string) bool {
 // /proc/self/fd to resolve. It reports ok false, having done nothing, on
 // a kernel without the call; the caller then goes through /proc.
 func (d *Dir) SetxattrAt(name, attr string, data []byte, flags int) (ok bool, err error) {
-	if d.Layer.Caches.noXattrAt.Load() {
-		return false, nil
-	}
-	p, err := unix.BytePtrFromString(name)
-	if err != nil {
-		return true, err
-	}
-	a, err := unix.BytePtrFromString(attr)
-	if err != nil {
-		return true, err
-	}
 	args := xattrArgs{size: uint32(len(data)), flags: uint32(flags)}
 	if len(data) > 0 {
 		args.value = uint64(uintptr(unsafe.Pointer(&data[0])))
 	}
-	err = d.Do(func(fd int) error {
+	ok, err = d.xattrAt(name, attr, func(fd int, p, a *byte) syscall.Errno {
 		_, _, errno := unix.Syscall6(unix.SYS_SETXATTRAT, uintptr(fd), uintptr(unsafe.Pointer(p)),
 			unix.AT_SYMLINK_NOFOLLOW, uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(&args)), unsafe.Sizeof(args))
-		runtime.KeepAlive(data)
-		if errno != 0 {
-			return errno
-		}
-		return nil
+		return errno
 	})
-	if errors.Is(err, unix.ENOSYS) {
-		d.Layer.Caches.noXattrAt.Store(true)
-		return false, nil
-	}
-	return true, err
+	runtime.KeepAlive(data)
+	return ok, err
 }
 
 // RemovexattrAt removes attribute attr of entry name (not "") in d, as
 // SetxattrAt sets one (removexattrat(2)).
 func (d *Dir) RemovexattrAt(name, attr string) (ok bool, err error) {
+	return d.xattrAt(name, attr, func(fd int, p, a *byte) syscall.Errno {
+		_, _, errno := unix.Syscall6(unix.SYS_REMOVEXATTRAT, uintptr(fd), uintptr(unsafe.Pointer(p)),
+			unix.AT_SYMLINK_NOFOLLOW, uintptr(unsafe.Pointer(a)), 0, 0)
+		return errno
+	})
+}
+
+// xattrAt makes call, an *xattrat(2) system call, with d's fd and name and
+// attr as C strings, and says ok false when the kernel has no such calls
+// (remembered for the layer, as by the reads).
+func (d *Dir) xattrAt(name, attr string, call func(fd int, p, a *byte) syscall.Errno) (ok bool, err error) {
 	if d.Layer.Caches.noXattrAt.Load() {
 		return false, nil
 	}
@@ -244,9 +238,7 @@ func (d *Dir) RemovexattrAt(name, attr string) (ok bool, err error) {
 		return true, err
 	}
 	err = d.Do(func(fd int) error {
-		_, _, errno := unix.Syscall6(unix.SYS_REMOVEXATTRAT, uintptr(fd), uintptr(unsafe.Pointer(p)),
-			unix.AT_SYMLINK_NOFOLLOW, uintptr(unsafe.Pointer(a)), 0, 0)
-		if errno != 0 {
+		if errno := call(fd, p, a); errno != 0 {
 			return errno
 		}
 		return nil
