@@ -172,6 +172,44 @@ func TestNoSecCacheInvalidatedByChmod(t *testing.T) {
 	}
 }
 
+// TestNoSecKeptByChown: a chown adds no set-id bit and no capability, so
+// a file known clean (one made through the mount is, from the start)
+// stays known clean: the strip FATTR_KILL_SUIDGID asks for is skipped. A
+// set-id file chowned loses its suid bit as on the kernel overlay.
+func TestNoSecKeptByChown(t *testing.T) {
+	lo := openDir(t)
+	write(t, lo+"/suid", "data")
+	os.Chmod(lo+"/suid", 0o4777)
+	mnt, up, f := nosecMountW(t, NoSecOn, false, WritebackOn, false, lo)
+	if err := os.WriteFile(mnt+"/clean", []byte("data"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(mnt+"/clean", 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(mnt+"/clean", 42, 43); err != nil {
+		t.Fatal(err)
+	}
+	checks, skipped := f.privs.Checks.Load(), f.privs.Skipped.Load()
+	if err := os.Chown(mnt+"/clean", 1234, 5678); err != nil {
+		t.Fatal(err)
+	}
+	if f.privs.Checks.Load() != checks || f.privs.Skipped.Load() == skipped {
+		t.Errorf("chown of a file known clean: %d checks, %d skipped, want none and one",
+			f.privs.Checks.Load()-checks, f.privs.Skipped.Load()-skipped)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(up+"/clean", &st); err != nil || st.Uid != 1234 || st.Gid != 5678 || st.Mode&07777 != 0o777 {
+		t.Errorf("upper clean after chown: %d:%d mode %o, %v", st.Uid, st.Gid, st.Mode&07777, err)
+	}
+	if err := os.Chown(mnt+"/suid", 1234, 5678); err != nil {
+		t.Fatal(err)
+	}
+	if got := modeOf(t, up+"/suid"); got != 0o777 {
+		t.Errorf("suid file after chown: mode %o, want 777", got)
+	}
+}
+
 // TestNoSecCacheInvalidatedBySetcap: same, with setxattr security.capability.
 func TestNoSecCacheInvalidatedBySetcap(t *testing.T) {
 	lo := openDir(t)
