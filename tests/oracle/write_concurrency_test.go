@@ -100,7 +100,11 @@ func TestWriteConcurrentPwrite(t *testing.T) {
 			for k := range files {
 				f := (g + k) % files // each writer starts with another file
 				p := filepath.Join(mnt, fmt.Sprintf("dir/f%d", f))
-				fd, err := unix.Open(p, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+				var fd int
+				err := testutil.NoEINTR(func() (err error) {
+					fd, err = unix.Open(p, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+					return err
+				})
 				if err != nil {
 					t.Errorf("writer %d: open %s: %v", g, p, err)
 					continue
@@ -156,23 +160,25 @@ func copyUpTree(_ testing.TB, l *testutil.Layer) {
 // depends on n.
 func copyUpOp(t *testing.T, mnt string, n int) {
 	p := filepath.Join(mnt, fmt.Sprintf("t/p%d/q%d/f%d", n/16, n/4%4, n%4))
-	var err error
-	switch n % 5 {
-	case 0:
-		var fd int
-		if fd, err = unix.Open(p, unix.O_WRONLY|unix.O_CLOEXEC, 0); err == nil {
-			_, err = unix.Pwrite(fd, []byte("W"), 2)
-			unix.Close(fd)
+	err := testutil.NoEINTR(func() (err error) {
+		switch n % 5 {
+		case 0:
+			var fd int
+			if fd, err = unix.Open(p, unix.O_WRONLY|unix.O_CLOEXEC, 0); err == nil {
+				_, err = unix.Pwrite(fd, []byte("W"), 2)
+				unix.Close(fd)
+			}
+		case 1:
+			err = unix.Chmod(p, 0o600)
+		case 2:
+			err = unix.Setxattr(p, "user.n", []byte(fmt.Sprint(n)), 0)
+		case 3:
+			err = unix.Truncate(p, 3)
+		case 4:
+			err = unix.Lchown(p, 55, 66)
 		}
-	case 1:
-		err = unix.Chmod(p, 0o600)
-	case 2:
-		err = unix.Setxattr(p, "user.n", []byte(fmt.Sprint(n)), 0)
-	case 3:
-		err = unix.Truncate(p, 3)
-	case 4:
-		err = unix.Lchown(p, 55, 66)
-	}
+		return err
+	})
 	if err != nil {
 		t.Errorf("op on %s: %v", p, err)
 	}
@@ -254,7 +260,11 @@ func TestWriteConcurrentCreateUnlink(t *testing.T) {
 				i := int(x>>16) % names
 				p := filepath.Join(mnt, fmt.Sprintf("d/n%d", i))
 				if (x>>8)&1 == 0 || r%5 == 0 {
-					fd, err := unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o640)
+					var fd int
+					err := testutil.NoEINTR(func() (err error) {
+						fd, err = unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o640)
+						return err
+					})
 					switch {
 					case err == nil:
 						creates[i].Add(1)
@@ -263,7 +273,7 @@ func TestWriteConcurrentCreateUnlink(t *testing.T) {
 						t.Errorf("create n%d: %v", i, err)
 					}
 				} else {
-					switch err := unix.Unlink(p); {
+					switch err := testutil.NoEINTR(func() error { return unix.Unlink(p) }); {
 					case err == nil:
 						unlinks[i].Add(1)
 					case !errors.Is(err, unix.ENOENT):

@@ -208,3 +208,16 @@ func (tr Tree) Clone() Tree {
 	}
 	return out
 }
+
+// NoEINTR calls f again while it fails with EINTR. The kernel overlay
+// waits for an inode's copy-up lock interruptibly (ovl_copy_up_start()),
+// so a copy-up racing another one fails with EINTR, before anything is
+// changed, when the Go runtime's preemption signal reaches the waiting
+// thread. Tests that copy up concurrently retry, as a program must.
+func NoEINTR(f func() error) error {
+	for {
+		if err := f(); !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
