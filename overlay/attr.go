@@ -61,6 +61,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	if in.Valid&(fuse.FATTR_MODE|fuse.FATTR_UID|fuse.FATTR_GID) != 0 {
 		n.refreshFastExec()
+		n.forgetDirFacts()
 	}
 	n.fillAttr(&st, &out.Attr)
 	out.SetTimeout(n.attrTimeout())

@@ -34,12 +34,21 @@ func (n *node) owner(ctx context.Context, mode uint32) (uid, gid, outMode uint32
 		uid, gid = n.ofs.opts.Owners.onDisk(c.Uid, c.Gid)
 	}
 	outMode = mode
+	known, w := n.dirFact(factNoSetgid)
+	if known {
+		return uid, gid, outMode
+	}
 	var st unix.Stat_t
-	if n.stat(&st) == nil && st.Mode&unix.S_ISGID != 0 {
-		gid = st.Gid
-		if mode&unix.S_IFMT == unix.S_IFDIR {
-			outMode |= unix.S_ISGID
-		}
+	if n.stat(&st) != nil {
+		return uid, gid, outMode
+	}
+	if st.Mode&unix.S_ISGID == 0 {
+		n.rememberDirFact(w, factNoSetgid)
+		return uid, gid, outMode
+	}
+	gid = st.Gid
+	if mode&unix.S_IFMT == unix.S_IFDIR {
+		outMode |= unix.S_ISGID
 	}
 	return uid, gid, outMode
 }
@@ -59,13 +68,17 @@ func (n *node) owner(ctx context.Context, mode uint32) (uid, gid, outMode uint32
 func (n *node) inherit(ctx context.Context, pd *lower.Dir, o *upper.Object) error {
 	var def []byte
 	if !n.ofs.opts.NoACL && !n.ofs.upper.KeepsOverride(o.Mode) && o.Mode&unix.S_IFMT != unix.S_IFLNK {
-		var err error
-		def, err = pd.Getxattr("", upper.ACLDefaultXattr)
-		if errors.Is(err, unix.ENODATA) || errors.Is(err, unix.EOPNOTSUPP) {
-			def, err = nil, nil
-		}
-		if err != nil {
-			return fmt.Errorf("read the default ACL: %w", err)
+		known, w := n.dirFact(factNoDefaultACL)
+		if !known {
+			var err error
+			def, err = pd.Getxattr("", upper.ACLDefaultXattr)
+			if errors.Is(err, unix.ENODATA) || errors.Is(err, unix.EOPNOTSUPP) {
+				def, err = nil, nil
+				n.rememberDirFact(w, factNoDefaultACL)
+			}
+			if err != nil {
+				return fmt.Errorf("read the default ACL: %w", err)
+			}
 		}
 		o.DirHasNoACL = def == nil
 	}

@@ -73,6 +73,10 @@ type node struct {
 	// was removed: it is read where it is until a change copies it up
 	// into the workdir, which makes it an orphan (orphan.go).
 	orphanLower bool
+	// dirFacts caches what a new object in a directory takes from it
+	// (dirfacts.go). Atomic, not guarded by mu: it sits here to fill
+	// the word the flags above leave.
+	dirFacts atomic.Uint32
 	// fd is the open file that requests on a file opened without a
 	// request share (noopen.go).
 	fd *nodeFD

@@ -175,7 +175,10 @@ func (n *node) xattrChanged(attr string, blocks int64) {
 	if isSecurityXattr(attr) {
 		n.invalidateNoSec()
 	}
-	if attr == upper.ACLAccessXattr {
+	switch attr {
+	case upper.ACLAccessXattr:
 		n.refreshFastExec()
+	case upper.ACLDefaultXattr:
+		n.forgetDirFacts()
 	}
 }
