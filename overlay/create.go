@@ -206,7 +206,12 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 	if mode&unix.S_IFMT == unix.S_IFCHR && dev == 0 {
 		return nil, syscall.EPERM
 	}
-	child, _, errno := n.create(ctx, name, upper.Object{Mode: mode, Rdev: dev}, out)
+	child, fd, errno := n.create(ctx, name, upper.Object{Mode: mode, Rdev: dev}, out)
+	if fd >= 0 {
+		// A regular file (mknod(2) with S_IFREG) is made open; the
+		// kernel opens it by itself when it is used.
+		unix.Close(fd)
+	}
 	return child, errno
 }
 
