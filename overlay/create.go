@@ -100,7 +100,11 @@ func (n *node) create(ctx context.Context, name string, o upper.Object, out *fus
 	if err != nil {
 		return nil, -1, errno(err)
 	}
-	over, err := upper.Probe(pd, name)
+	probe := upper.Probe
+	if o.Mode&unix.S_IFMT == unix.S_IFREG {
+		probe = upper.ProbeFile // the create looks for the name itself
+	}
+	over, err := probe(pd, name)
 	if err != nil {
 		return nil, -1, errno(err)
 	}

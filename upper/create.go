@@ -21,6 +21,9 @@ const (
 	OverWhiteout
 	// OverAUFSWhiteout: a ".wh.NAME" file hides the name.
 	OverAUFSWhiteout
+	// OverUnseen: no ".wh.NAME" hides the name, and the name itself was
+	// not looked at (ProbeFile). Create finds out.
+	OverUnseen
 )
 
 // Probe tells what holds name in the upper directory d, as far as a create
@@ -40,6 +43,19 @@ func Probe(d *lower.Dir, name string) (Over, error) {
 		return OverAUFSWhiteout, nil
 	}
 	return OverNothing, nil
+}
+
+// ProbeFile is Probe for a new regular file, which the create itself looks
+// for: it says only whether a ".wh.NAME" hides the name (then it probes in
+// full), and otherwise OverUnseen. A file made in place is opened with
+// O_EXCL, which fails on any name taken, a whiteout included; Create
+// probes then, and otherwise before it makes the file.
+func ProbeFile(d *lower.Dir, name string) (Over, error) {
+	var st unix.Stat_t
+	if d.Stat(lower.WhiteoutPrefix+name, &st) == nil {
+		return Probe(d, name)
+	}
+	return OverUnseen, nil
 }
 
 // Object describes a new object to create.
@@ -86,6 +102,19 @@ func (l *Layer) Create(d *lower.Dir, name string, o Object, over Over) (int, err
 // or its name in the workdir before it is published) and never from name
 // in d, which may hold something else by the time anyone looks.
 func (l *Layer) CreateStat(d *lower.Dir, name string, o Object, over Over, st *unix.Stat_t) (int, error) {
+	if over == OverUnseen {
+		if l.inPlace(o, OverNothing) {
+			fd, err := l.createInPlace(d, name, o, st)
+			if !errors.Is(err, unix.EEXIST) {
+				return fd, err
+			}
+		}
+		// Taken, perhaps by a whiteout, or not made in place.
+		var err error
+		if over, err = Probe(d, name); err != nil {
+			return -1, err
+		}
+	}
 	if l.inPlace(o, over) {
 		return l.createInPlace(d, name, o, st)
 	}
