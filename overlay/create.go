@@ -101,7 +101,9 @@ func (n *node) create(ctx context.Context, name string, o upper.Object, out *fus
 		return nil, -1, errno(err)
 	}
 	probe := upper.Probe
-	if o.Mode&unix.S_IFMT == unix.S_IFREG {
+	if made, _ := n.dirFact(factMadeHere); made {
+		probe = noWhiteouts
+	} else if o.Mode&unix.S_IFMT == unix.S_IFREG {
 		probe = upper.ProbeFile // the create looks for the name itself
 	}
 	over, err := probe(pd, name)
@@ -158,6 +160,10 @@ func (n *node) create(ctx context.Context, name string, o upper.Object, out *fus
 	}
 	child := n.newChildAs(ctx, name, e, sa)
 	c := child.Operations().(*node)
+	if e.IsDir() {
+		// In the upper layer alone, and empty (dirfacts.go).
+		c.rememberDirFact(0, factMadeHere)
+	}
 	if o.Target != "" {
 		c.mu.Lock()
 		c.rareMadeLocked().target = []byte(o.Target)
@@ -174,6 +180,10 @@ func (n *node) create(ctx context.Context, name string, o upper.Object, out *fus
 	c.setEntryTimeouts(out)
 	return child, fd, 0
 }
+
+// noWhiteouts is the probe of a directory with no whiteout to find
+// (factMadeHere).
+func noWhiteouts(*lower.Dir, string) (upper.Over, error) { return upper.OverNothing, nil }
 
 var _ = (fs.NodeCreater)((*node)(nil))
 

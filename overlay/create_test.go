@@ -72,6 +72,35 @@ func TestCreateOnTakenName(t *testing.T) {
 	if got := readFile(t, mnt+"/w2"); got != "new" {
 		t.Errorf("w2 through the mount: %q", got)
 	}
+	// A directory made through the mount holds no whiteout, and its
+	// creates do not look for one; a name taken behind the mount still
+	// fails each kind of create with EEXIST.
+	if err := os.Mkdir(mnt+"/new", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"f", "d", "l", "p"} {
+		if _, err := os.Lstat(mnt + "/new/" + name); !os.IsNotExist(err) {
+			t.Fatalf("new/%s: %v", name, err)
+		}
+		write(t, up+"/new/"+name, "taken")
+	}
+	_, err = unix.Open(mnt+"/new/f", unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+	for what, err := range map[string]error{
+		"create":  err,
+		"mkdir":   unix.Mkdir(mnt+"/new/d", 0o755),
+		"symlink": unix.Symlink("t", mnt+"/new/l"),
+		"mkfifo":  unix.Mkfifo(mnt+"/new/p", 0o644),
+	} {
+		if !errors.Is(err, unix.EEXIST) {
+			t.Errorf("%s on a name taken in a new directory: %v, want EEXIST", what, err)
+		}
+	}
+	for _, name := range []string{"f", "d", "l", "p"} {
+		if got := readFile(t, up+"/new/"+name); got != "taken" {
+			t.Errorf("new/%s in the upper: %q", name, got)
+		}
+	}
+
 	es, err := os.ReadDir(work + "/work")
 	if err != nil {
 		es, _ = os.ReadDir(work)

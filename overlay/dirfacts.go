@@ -20,6 +20,13 @@ const (
 	// factNoDefaultACL: the directory's upper instance has no default
 	// ACL (read as absent, not only unread).
 	factNoDefaultACL
+	// factMadeHere: the directory was made through the mount, in the
+	// upper layer alone, and so holds no whiteout of either format:
+	// goverlay writes whiteouts only for names of lower layers, and it
+	// has none. A create in it needs no probe for one; the create's own
+	// O_EXCL open, link or RENAME_NOREPLACE fails on a taken name. Never
+	// forgotten: no change of mode, owner or ACL gives it a lower layer.
+	factMadeHere
 	// factBits is the number of fact bits below the generation.
 	factBits = iota
 )
@@ -47,7 +54,7 @@ func (n *node) rememberDirFact(w, fact uint32) {
 func (n *node) forgetDirFacts() {
 	for {
 		w := n.dirFacts.Load()
-		if n.dirFacts.CompareAndSwap(w, (w>>factBits+1)<<factBits) {
+		if n.dirFacts.CompareAndSwap(w, (w>>factBits+1)<<factBits|w&factMadeHere) {
 			return
 		}
 	}

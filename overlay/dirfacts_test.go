@@ -30,9 +30,13 @@ func TestDirFactsGeneration(t *testing.T) {
 	if known, _ := n.dirFact(factNoDefaultACL); !known {
 		t.Error("factNoDefaultACL not kept beside factNoSetgid")
 	}
+	n.rememberDirFact(w, factMadeHere)
 	n.forgetDirFacts()
 	if n.dirFacts.Load()&(factNoSetgid|factNoDefaultACL) != 0 {
 		t.Error("forgetDirFacts left a fact")
+	}
+	if known, _ := n.dirFact(factMadeHere); !known {
+		t.Error("forgetDirFacts dropped factMadeHere")
 	}
 }
 
