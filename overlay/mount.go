@@ -124,6 +124,10 @@ type FS struct {
 	// Mount has settled what the kernel grants.
 	io                     ioMode
 	passthrough, writeback atomic.Bool
+	// kernelACLs says FUSE_POSIX_ACL is negotiated: the kernel then
+	// drops a file's attributes itself after it sets or removes an ACL
+	// (fuse_set_acl()).
+	kernelACLs atomic.Bool
 
 	// overrides is set when a layer keeps owners in an xattr (xperm.go).
 	overrides bool

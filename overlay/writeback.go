@@ -154,6 +154,9 @@ func hasCapSysAdmin() bool {
 // (the kernel refuses without CAP_SYS_ADMIN in the initial user namespace,
 // or without CONFIG_FUSE_PASSTHROUGH). Opens then do not ask in vain.
 func (f *FS) granted(srv *fuse.Server) {
+	if k := srv.KernelSettings(); k != nil && !f.opts.NoACL && k.Flags64()&fuse.CAP_POSIX_ACL != 0 {
+		f.kernelACLs.Store(true)
+	}
 	if f.io.passthrough {
 		if err := probePassthrough(srv, f.opts.Work); err != nil && !errors.Is(err, errNoProbe) {
 			f.io.passthrough = false

@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"bytes"
+	"encoding/binary"
 	"os"
 	"strings"
 	"testing"
@@ -292,4 +293,43 @@ func TestWritebackXattrBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks("removexattr")
+
+	// A large ACL: under FUSE_POSIX_ACL the kernel drops the file's
+	// attributes after it sets or removes one, and the daemon leaves
+	// st_blocks to that.
+	if err := unix.Setxattr(mnt+"/f", "system.posix_acl_access", bigACL(300), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(up+"/f", &upper); err != nil {
+		t.Fatal(err)
+	}
+	if upper.Blocks == st.Blocks {
+		t.Skipf("the upper filesystem keeps a 300-entry ACL without a block (st_blocks %d)", upper.Blocks)
+	}
+	blocks("setting an ACL")
+	if err := unix.Removexattr(mnt+"/f", "system.posix_acl_access"); err != nil {
+		t.Fatal(err)
+	}
+	blocks("removing the ACL")
+}
+
+// bigACL is a system.posix_acl_access value with n named users
+// (include/uapi/linux/posix_acl_xattr.h: a version, then tag, perm and id
+// per entry, sorted by tag and id).
+func bigACL(n int) []byte {
+	b := binary.LittleEndian.AppendUint32(nil, 2)
+	entry := func(tag, perm uint16, id uint32) {
+		b = binary.LittleEndian.AppendUint16(b, tag)
+		b = binary.LittleEndian.AppendUint16(b, perm)
+		b = binary.LittleEndian.AppendUint32(b, id)
+	}
+	const undefined = 0xffffffff
+	entry(0x01, 6, undefined) // ACL_USER_OBJ
+	for i := range n {
+		entry(0x02, 4, uint32(10000+i)) // ACL_USER
+	}
+	entry(0x04, 4, undefined) // ACL_GROUP_OBJ
+	entry(0x10, 4, undefined) // ACL_MASK
+	entry(0x20, 4, undefined) // ACL_OTHER
+	return b
 }

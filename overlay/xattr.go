@@ -103,7 +103,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 			return errno(err)
 		}
 	}
-	blocks := n.blocksBefore()
+	blocks := n.blocksBefore(attr)
 	d, _, err := n.toUpper(ctx, copyMeta)
 	if err != nil {
 		return errno(err)
@@ -126,7 +126,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if _, errno := n.Getxattr(ctx, attr, nil); errno != 0 && errno != syscall.ERANGE {
 		return errno
 	}
-	blocks := n.blocksBefore()
+	blocks := n.blocksBefore(attr)
 	d, _, err := n.toUpper(ctx, copyMeta)
 	if err != nil {
 		return errno(err)
@@ -149,11 +149,12 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 // again (FUSE_NOTIFY_INVAL_INODE for the attributes only, which waits
 // for no lock, before the reply).
 
-// blocksBefore returns n's st_blocks before an xattr change, or -1 where
-// the kernel asks for them anyway (not a regular file, or no writeback
-// cache) or the stat failed.
-func (n *node) blocksBefore() int64 {
-	if n.isDir() || !n.ofs.writeback.Load() {
+// blocksBefore returns n's st_blocks before a change of xattr attr, or -1
+// where the kernel asks for them anyway (not a regular file, no writeback
+// cache, or an ACL under FUSE_POSIX_ACL, after which the kernel drops all
+// of the file's attributes) or the stat failed.
+func (n *node) blocksBefore(attr string) int64 {
+	if n.isDir() || !n.ofs.writeback.Load() || (isACLXattr(attr) && n.ofs.kernelACLs.Load()) {
 		return -1
 	}
 	var st unix.Stat_t
