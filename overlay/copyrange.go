@@ -54,13 +54,6 @@ func (n *node) CopyFileRange(ctx context.Context, fin fs.FileHandle, offIn uint6
 		return 0, errno(err)
 	}
 	defer wdone()
-	var st unix.Stat_t
-	if err := unix.Fstat(wfd, &st); err != nil {
-		return 0, errno(err)
-	}
-	if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
-		return 0, syscall.EOPNOTSUPP
-	}
 	rfd := wfd
 	if n != out {
 		fd, rdone, err := n.rangeFD(ctx, fin, false)
@@ -71,7 +64,10 @@ func (n *node) CopyFileRange(ctx context.Context, fin fs.FileHandle, offIn uint6
 		rfd = fd
 	}
 	var copied int64
-	err = out.keepMtime(wfd, func() (err error) {
+	err = out.keepMtimeStat(wfd, func(st *unix.Stat_t) (err error) {
+		if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+			return syscall.EOPNOTSUPP
+		}
 		copied, err = upper.CopyRange(wfd, rfd, int64(offOut), int64(offIn), int64(min(length, maxCopyRange)))
 		return err
 	})

@@ -186,12 +186,24 @@ func (n *node) keepMtime(fd int, op func() error) error {
 	if !n.ofs.writeback.Load() {
 		return op()
 	}
-	defer n.timesLock()()
+	return n.keepMtimeStat(fd, func(*unix.Stat_t) error { return op() })
+}
+
+// keepMtimeStat is keepMtime for an op that needs fd's stat from before
+// it, which it is given (with or without the writeback cache).
+func (n *node) keepMtimeStat(fd int, op func(st *unix.Stat_t) error) error {
 	var st unix.Stat_t
+	if !n.ofs.writeback.Load() {
+		if err := unix.Fstat(fd, &st); err != nil {
+			return err
+		}
+		return op(&st)
+	}
+	defer n.timesLock()()
 	if err := unix.Fstat(fd, &st); err != nil {
 		return err
 	}
-	err := op()
+	err := op(&st)
 	ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, st.Mtim}
 	if terr := unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH); err == nil && terr != nil {
 		err = terr
