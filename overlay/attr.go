@@ -36,6 +36,10 @@ var _ = (fs.NodeSetattrer)((*node)(nil))
 // the data when the file is truncated to 0, and copies the metadata alone
 // when the size does not change and metacopy is on).
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if in.Valid&(fuse.FATTR_MODE|fuse.FATTR_UID|fuse.FATTR_GID) != 0 {
+		// After the change, whether or not all of it was made.
+		defer n.forgetDirFacts()
+	}
 	if !n.idleFlush(in) {
 		size, hasSize := in.GetSize()
 		kind := copyMeta
@@ -61,7 +65,6 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	if in.Valid&(fuse.FATTR_MODE|fuse.FATTR_UID|fuse.FATTR_GID) != 0 {
 		n.refreshFastExec()
-		n.forgetDirFacts()
 	}
 	n.fillAttr(&st, &out.Attr)
 	out.SetTimeout(n.attrTimeout())
