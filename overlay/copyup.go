@@ -174,6 +174,9 @@ func (n *node) copyUp(ctx context.Context, kind copyKind) error {
 	n.invalidateNoSec()
 	n.ofs.stats.copyUps.Add(1)
 	if st.Nlink > 1 {
+		n.mu.Lock()
+		n.rareMadeLocked().parted = true
+		n.mu.Unlock()
 		// The name is now a file of its own with its own inode
 		// number, which this node (numbered after the lower file)
 		// cannot report: let the kernel look the name up again. Open

@@ -241,6 +241,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	t.mu.Lock()
 	tmp, gone := t.tmp, t.orphan || t.orphanLower || t.unlinked
+	parted := t.rareLocked() != nil && t.rareLocked().parted
 	t.mu.Unlock()
 	if gone {
 		// A file with no name left is not given one again (linkat(2)
@@ -255,13 +256,20 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		tp, tname := t.location()
 		if t.gone() {
 			err = syscall.ENOENT
-		} else if err = n.ofs.upper.Link(tp.Dir, tname, pd, name, over); err == nil {
+		} else if err = n.ofs.upper.Link(tp.Dir, tname, pd, name, over); err == nil && !parted {
 			t.addLink(lower.Member{Dir: pd}, name)
 		}
 		t.locMu.RUnlock()
 	}
 	if err != nil {
 		return nil, errno(err)
+	}
+	if parted {
+		// The new name must show the upper file's identity, not this
+		// node's (the lower file's number), which its first name too
+		// loses once the kernel looks it up again (copyUp): the node
+		// a lookup of the new name makes or finds.
+		return n.lookup(ctx, name, out)
 	}
 	var st unix.Stat_t
 	if err := pd.StatOverride(name, &st); err != nil {

@@ -109,6 +109,10 @@ type rareFields struct {
 	data *lower.DataFile
 	// links are a non-directory's names after link0 (links.go).
 	links []link
+	// parted is set on a lower hard link whose copy-up made it a file
+	// of its own: the node, numbered after the lower file, no longer
+	// has the identity a lookup of its upper file gives (copyUp).
+	parted bool
 	// key identifies an upper file in FS.upperFiles.
 	key devIno
 }
