@@ -232,6 +232,12 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		return errno(err)
 	}
 	n.fillAttr(&st, &out.Attr)
+	if ino := n.StableAttr().Ino; out.Ino != ino {
+		// A parted hard link (node.part): go-fuse answers with the
+		// node's number, rawFS.GetAttr with the copy's.
+		n.ofs.raw.reportIno(ctx, out.Ino)
+		out.Ino = ino
+	}
 	out.SetTimeout(n.attrTimeout())
 	n.ofs.stats.getattrs.Add(1)
 	return 0

@@ -168,23 +168,57 @@ func (n *node) copyUp(ctx context.Context, kind copyKind) error {
 	n.setData(data)
 	n.locMu.Unlock()
 	var ust unix.Stat_t
-	if pd.Stat(name, &ust) == nil {
+	ustOK := pd.Stat(name, &ust) == nil
+	if ustOK {
 		n.ofs.registerUpperFile(n, &ust)
 	}
 	n.invalidateNoSec()
 	n.ofs.stats.copyUps.Add(1)
 	if st.Nlink > 1 {
-		n.mu.Lock()
-		n.rareMadeLocked().parted = true
-		n.mu.Unlock()
-		// The name is now a file of its own with its own inode
-		// number, which this node (numbered after the lower file)
-		// cannot report: let the kernel look the name up again. Open
-		// handles keep this node and the upper file. Asynchronous: a
-		// notification must not wait on a request in flight.
-		go p.NotifyEntry(name)
+		n.part(ctx, p, name, meta || !ustOK, &ust)
 	}
 	return nil
+}
+
+// part makes n, a lower hard link that its copy-up just made a file of
+// its own, show the copy's identity: the inode number a lookup of the
+// copy (name in p, stat ust) gives (FS.stableAttr), which the kernel
+// overlay shows from the copy-up on (ovl_getattr(): a broken hard link
+// does not report its origin's number). A metacopy copy (meta) reports
+// its lower file's number, as before.
+//
+// The node itself stays numbered after the lower file, so it reports the
+// copy's number in its attributes (fillAttr; go-fuse's GETATTR needs
+// rawFS.GetAttr for it), and the kernel drops its own before the request
+// that copied n up is answered: attributes only (offset -1), which waits
+// for no lock or request (fuse_reverse_inval_inode()). Then the kernel
+// looks the name up again, and meets a node of the copy's own (Lookup,
+// and READDIRPLUS: dirHandle.Lookup). That notification drops the
+// directory entry, which takes the directory's lock: asynchronous, since
+// the request in flight may hold the lock of the file that a holder of
+// the directory's lock waits for.
+func (n *node) part(ctx context.Context, p *node, name string, meta bool, ust *unix.Stat_t) {
+	n.mu.Lock()
+	r := n.rareMadeLocked()
+	r.parted = true
+	if !meta {
+		r.partedIno = n.ofs.ino.ino(ust.Dev, ust.Ino)
+	}
+	n.mu.Unlock()
+	n.ofs.raw.partedSeen()
+	n.NotifyContent(-1, 0)
+	go func() {
+		n.ofs.hooks.partedNotify.run(name)
+		p.NotifyEntry(name)
+	}()
+}
+
+// isParted reports whether n is a lower hard link its copy-up parted.
+func (n *node) isParted() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r := n.rareLocked()
+	return r != nil && r.parted
 }
 
 // upperIno reads the inode number an upper object had before its copy-up.

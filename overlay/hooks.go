@@ -11,6 +11,9 @@ type hooks struct {
 	// beforeDataIn runs when a metacopy file's data copy-in is about to
 	// copy the data.
 	beforeDataIn hook
+	// partedNotify runs before the notification that has the kernel
+	// look up again the name of a lower hard link its copy-up parted.
+	partedNotify hook
 }
 
 // hook is one of the hooks, called with the name the request works on.

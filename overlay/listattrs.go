@@ -61,14 +61,15 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if in := d.n.GetChild(name); in != nil && !in.IsDir() {
 		c := in.Operations().(*node)
 		var st unix.Stat_t
-		if c.onlyName(name) && c.stat(&st) == nil {
+		if c.onlyName(name) && !c.isParted() && c.stat(&st) == nil {
 			c.fillAttr(&st, &out.Attr)
 			c.setEntryTimeouts(out)
 			return in, 0
 		}
-		// Gone meanwhile, or a node with other names, which a copy-up
-		// may have parted from this one (a lower file's hard links):
-		// the lookup says what the name is now.
+		// Gone meanwhile, a node with other names, which a copy-up
+		// may have parted from this one (a lower file's hard links),
+		// or one parted from them, whose name now is a node of its
+		// own (node.part): the lookup says what the name is now.
 		return d.n.lookup(ctx, name, out)
 	}
 	if !d.attrsOf(name) {

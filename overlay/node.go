@@ -113,6 +113,10 @@ type rareFields struct {
 	// of its own: the node, numbered after the lower file, no longer
 	// has the identity a lookup of its upper file gives (copyUp).
 	parted bool
+	// partedIno is the inode number a parted node reports: its copy's,
+	// which a lookup of its name gives from then on; 0 to report the
+	// node's own (a metacopy file reports its lower file's).
+	partedIno uint64
 	// key identifies an upper file in FS.upperFiles.
 	key devIno
 }
@@ -431,6 +435,9 @@ func (n *node) fillAttr(st *unix.Stat_t, out *fuse.Attr) {
 	out.Blksize = uint32(st.Blksize)
 	n.mu.Lock()
 	tmp, layers := n.tmp, len(n.chain)
+	if r := n.rareLocked(); r != nil && r.partedIno != 0 {
+		out.Ino = r.partedIno
+	}
 	n.mu.Unlock()
 	if tmp && out.Nlink > 0 {
 		out.Nlink-- // the workdir's name is not a name

@@ -3,13 +3,14 @@ package overlay
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // rawFS wraps go-fuse's node bridge to see what the bridge drops before it
-// calls node and file methods: the kill-privilege flags (notes C:
-// WriteIn.WriteFlags, OpenIn.Mode, CreateIn.OpenFlags) and the caller's
+// calls node and file methods: the kill-privilege flags
+// (WriteIn.WriteFlags, OpenIn.Mode, CreateIn.OpenFlags) and the caller's
 // umask (CreateIn.Umask, MkdirIn.Umask, MknodIn.Umask), which goverlay
 // applies itself under FUSE_DONT_MASK (create.go). It marks the request,
 // and the node code asks killRequested or umask with the request's
@@ -31,6 +32,27 @@ type rawFS struct {
 	noOpen bool
 	// uring registers its queues once INIT is answered (uring.go).
 	uring *uringServer
+	// inos holds the inode number a GETATTR in flight answers with
+	// instead of its node's (reportIno); parted is set once a copy-up
+	// parted a lower hard link, before which inos is never looked at.
+	inos   sync.Map // <-chan struct{} → uint64
+	parted atomic.Bool
+}
+
+// partedSeen records that a node may report an inode number other than
+// its own (node.part).
+func (r *rawFS) partedSeen() {
+	if r != nil {
+		r.parted.Store(true)
+	}
+}
+
+// reportIno has the GETATTR of ctx answer with inode number ino: go-fuse
+// answers with the node's own (rawBridge.getattr()).
+func (r *rawFS) reportIno(ctx context.Context, ino uint64) {
+	if c, ok := ctx.(*fuse.Context); ok && r != nil && r.parted.Load() {
+		r.inos.Store(c.Cancel, ino)
+	}
 }
 
 // Init is called by go-fuse once it has answered INIT, before it reads

@@ -59,7 +59,13 @@ func (r *rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, ou
 
 func (r *rawFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
 	yield()
-	return r.RawFileSystem.GetAttr(cancel, in, out)
+	st := r.RawFileSystem.GetAttr(cancel, in, out)
+	if r.parted.Load() {
+		if v, ok := r.inos.LoadAndDelete(cancel); ok && st.Ok() {
+			out.Ino = v.(uint64)
+		}
+	}
+	return st
 }
 
 func (r *rawFS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
