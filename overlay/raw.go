@@ -32,9 +32,10 @@ type rawFS struct {
 	noOpen bool
 	// uring registers its queues once INIT is answered (uring.go).
 	uring *uringServer
-	// inos holds the inode number a GETATTR in flight answers with
-	// instead of its node's (reportIno); parted is set once a copy-up
-	// parted a lower hard link, before which inos is never looked at.
+	// inos holds, for each GETATTR in flight, the inode number it
+	// answers with instead of its node's, or 0 (reportIno); parted is set
+	// once a copy-up parted a lower hard link, before which GETATTR
+	// leaves inos alone.
 	inos   sync.Map // <-chan struct{} → uint64
 	parted atomic.Bool
 }
@@ -48,9 +49,14 @@ func (r *rawFS) partedSeen() {
 }
 
 // reportIno has the GETATTR of ctx answer with inode number ino: go-fuse
-// answers with the node's own (rawBridge.getattr()).
+// answers with the node's own (rawBridge.getattr()). Other requests that
+// go-fuse serves with the node's Getattr keep the node's number.
 func (r *rawFS) reportIno(ctx context.Context, ino uint64) {
-	if c, ok := ctx.(*fuse.Context); ok && r != nil && r.parted.Load() {
+	c, ok := ctx.(*fuse.Context)
+	if !ok || r == nil {
+		return
+	}
+	if _, ok := r.inos.Load(c.Cancel); ok {
 		r.inos.Store(c.Cancel, ino)
 	}
 }

@@ -59,11 +59,13 @@ func (r *rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, ou
 
 func (r *rawFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
 	yield()
+	if !r.parted.Load() {
+		return r.RawFileSystem.GetAttr(cancel, in, out)
+	}
+	r.inos.Store(cancel, uint64(0))
 	st := r.RawFileSystem.GetAttr(cancel, in, out)
-	if r.parted.Load() {
-		if v, ok := r.inos.LoadAndDelete(cancel); ok && st.Ok() {
-			out.Ino = v.(uint64)
-		}
+	if v, ok := r.inos.LoadAndDelete(cancel); ok && v.(uint64) != 0 && st.Ok() {
+		out.Ino = v.(uint64)
 	}
 	return st
 }
