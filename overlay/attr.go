@@ -40,7 +40,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		// After the change, whether or not all of it was made.
 		defer n.forgetDirFacts()
 	}
-	if !n.idleFlush(in) {
+	var st unix.Stat_t
+	idle, statted := n.idleFlush(in, &st)
+	if !idle {
 		size, hasSize := in.GetSize()
 		kind := copyMeta
 		if hasSize {
@@ -59,9 +61,10 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			return e
 		}
 	}
-	var st unix.Stat_t
-	if err := n.stat(&st); err != nil {
-		return errno(err)
+	if !idle || !statted {
+		if err := n.stat(&st); err != nil {
+			return errno(err)
+		}
 	}
 	if in.Valid&(fuse.FATTR_MODE|fuse.FATTR_UID|fuse.FATTR_GID) != 0 {
 		n.refreshFastExec()
@@ -71,26 +74,29 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	return 0
 }
 
-// idleFlush reports whether in, for a lower orphan (orphan.go), changes
-// nothing: the writeback cache's flush of the times the kernel holds
-// (fuse_flush_times()), which follows the unlink or rename that removed
-// the name (fuse_update_ctime() marks the inode dirty) and carries the
-// file's own mtime. It copies nothing up.
-func (n *node) idleFlush(in *fuse.SetAttrIn) bool {
+// idleFlush reports whether in, for an orphan (orphan.go: a file whose
+// last name was removed while the kernel held it, kept in the workdir or,
+// for a lower file, where it is), changes nothing: the writeback cache's
+// flush of the times the kernel holds (fuse_flush_times()), which follows
+// the unlink or rename that removed the name (fuse_update_ctime() marks
+// the inode dirty) and carries the file's own mtime. It copies nothing up,
+// and an rm -rf of files made through the mount changes no times in the
+// workdir. statted says that st holds the file's attributes, which the
+// check read.
+func (n *node) idleFlush(in *fuse.SetAttrIn, st *unix.Stat_t) (idle, statted bool) {
 	n.mu.Lock()
-	orphan := n.orphanLower
+	orphan := n.orphanLower || n.orphan
 	n.mu.Unlock()
 	if !orphan || in.Valid&^(fuse.FATTR_MTIME|fuse.FATTR_CTIME|fuse.FATTR_FH|fuse.FATTR_LOCKOWNER) != 0 {
-		return false
+		return false, false
 	}
 	if in.Valid&fuse.FATTR_MTIME == 0 {
-		return true // ctime alone: the file's own is kept
+		return true, false // ctime alone: the file's own is kept
 	}
-	var st unix.Stat_t
-	if n.stat(&st) != nil {
-		return false
+	if n.stat(st) != nil {
+		return false, false
 	}
-	return st.Mtim.Sec == int64(in.Mtime) && st.Mtim.Nsec == int64(in.Mtimensec)
+	return st.Mtim.Sec == int64(in.Mtime) && st.Mtim.Nsec == int64(in.Mtimensec), true
 }
 
 // withUpperName calls fn with where n is in the upper layer, after its

@@ -6,6 +6,7 @@ import (
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
+	"golang.org/x/sys/unix"
 
 	"github.com/goverlay/goverlay/lower"
 )
@@ -47,6 +48,11 @@ func (n *node) inLower(name string) (bool, error) {
 // lower layer gets just the whiteout: nothing is copied up (fuse-overlayfs
 // copies the whole file first).
 func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errno {
+	if isDir {
+		if done, errno := n.rmdirMadeHere(ctx, name); done {
+			return errno
+		}
+	}
 	var child *node
 	if in := n.GetChild(name); in != nil && !isDir {
 		// No copy-up of the file between the lookup below, which
@@ -58,24 +64,33 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errn
 		child.copyMu.Lock()
 		defer child.copyMu.Unlock()
 	}
-	n.mu.Lock()
-	chain := n.chain
-	n.mu.Unlock()
-	e, err := chain.Lookup(name, n.ofs.layers)
-	if err != nil {
-		return errno(err)
-	}
-	defer e.Close()
-	if e.IsDir() != isDir {
-		if isDir {
-			return syscall.ENOTDIR
-		}
-		return syscall.EISDIR
-	}
-	if isDir {
-		if err := checkEmpty(e.Chain); err != nil {
+	// Where the name is: known without a lookup for a file of the upper
+	// layer that the kernel holds by this one name (soleUpperName), such
+	// as every file an untar or a copy made; asked of the layers
+	// otherwise.
+	upperFile := child != nil && child.soleUpperName(n, name)
+	var dirID devIno
+	if !upperFile {
+		n.mu.Lock()
+		chain := n.chain
+		n.mu.Unlock()
+		e, err := chain.Lookup(name, n.ofs.layers)
+		if err != nil {
 			return errno(err)
 		}
+		defer e.Close()
+		if e.IsDir() != isDir {
+			if isDir {
+				return syscall.ENOTDIR
+			}
+			return syscall.EISDIR
+		}
+		if isDir {
+			if err := checkEmpty(e.Chain); err != nil {
+				return errno(err)
+			}
+		}
+		upperFile, dirID = e.Parent.Layer.Upper, devIno{e.Stat.Dev, e.Stat.Ino}
 	}
 	below, err := n.inLower(name)
 	if err != nil {
@@ -91,11 +106,11 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errn
 		defer child.locMu.Unlock()
 	}
 	switch {
-	case e.Parent.Layer.Upper && child.mustKeep(pd, name):
+	case upperFile && child.mustKeep(pd, name):
 		// An open file (noopen.go: one the kernel still holds) lives
 		// on in the workdir, moved there in the removal's one step.
 		keep, err = child.removeKeeping(pd, name, below)
-	case e.Parent.Layer.Upper:
+	case upperFile:
 		err = n.ofs.upper.Remove(pd, name, isDir, below)
 	default:
 		err = n.ofs.upper.Whiteout(pd, name)
@@ -112,9 +127,70 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errn
 	}
 	if isDir {
 		// Its kept identity, if it was moved, is no longer needed.
-		n.ofs.keptIDs.Delete(devIno{e.Stat.Dev, e.Stat.Ino})
+		n.ofs.keptIDs.Delete(dirID)
 	}
 	return 0
+}
+
+// rmdirMadeHere removes directory name of n without asking the layers
+// where it is or whether it is empty, when the kernel knows it as a
+// directory made through the mount (factMadeHere) in the upper layer
+// alone, whose removal leaves no whiteout: it holds no whiteout, so an
+// rmdir(2) that succeeds removed an empty directory. done is false where
+// the general path has to run: a directory the rmdir found not empty
+// goes through it as well.
+func (n *node) rmdirMadeHere(ctx context.Context, name string) (done bool, _ syscall.Errno) {
+	in := n.GetChild(name)
+	if in == nil || !in.IsDir() {
+		return false, 0
+	}
+	c := in.Operations().(*node)
+	if made, _ := c.dirFact(factMadeHere); !made {
+		return false, 0
+	}
+	top := c.top()
+	c.mu.Lock()
+	alone := len(c.chain) == 1
+	c.mu.Unlock()
+	if !alone || !top.Layer.Upper {
+		return false, 0
+	}
+	if below, err := n.inLower(name); err != nil || below {
+		return false, 0
+	}
+	pd, err := n.upperDir(ctx)
+	if err != nil {
+		return true, errno(err)
+	}
+	var st unix.Stat_t
+	if err := top.StatSelf(&st); err != nil {
+		return false, 0
+	}
+	if err := n.ofs.upper.Rmdir(pd, name); errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
+		// Names, or an opaque marker file (".wh..wh..opq", where the
+		// upper filesystem takes no xattr): the general path tells.
+		return false, 0
+	} else if err != nil {
+		return true, errno(err)
+	}
+	// Its kept identity, if it was moved, is no longer needed.
+	n.ofs.keptIDs.Delete(devIno{st.Dev, st.Ino})
+	return true, 0
+}
+
+// soleUpperName reports whether non-directory n is a file of the upper
+// layer whose one name is name in directory p's upper instance: what a
+// lookup of name in p would find, without asking the layers.
+func (n *node) soleUpperName(p *node, name string) bool {
+	top := p.top()
+	if !top.Layer.Upper || n.isDir() {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	l := n.firstLinkLocked()
+	return n.linkCountLocked() == 1 && !n.tmp && !n.orphanLower && !n.unlinked &&
+		l.name == name && l.dir.Dir == top.Dir
 }
 
 var _ = (fs.NodeUnlinker)((*node)(nil))

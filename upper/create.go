@@ -468,6 +468,13 @@ func (l *Layer) Remove(d *lower.Dir, name string, isDir, whiteout bool) error {
 	return removeAll(l.Work, tmp)
 }
 
+// Rmdir removes directory name from the upper directory d if it holds
+// nothing (ENOTEMPTY otherwise): for a directory that holds no whiteout,
+// whose emptiness through the mount is its emptiness on disk.
+func (l *Layer) Rmdir(d *lower.Dir, name string) error {
+	return d.Do(func(dfd int) error { return unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR) })
+}
+
 // RemoveKeep deletes the file name from the upper directory d as Remove
 // does, but keeps it in the workdir for the descriptors still open on it,
 // under the name it returns (until RemoveTemp): in one rename, with the
