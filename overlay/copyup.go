@@ -175,7 +175,7 @@ func (n *node) copyUp(ctx context.Context, kind copyKind) error {
 	n.invalidateNoSec()
 	n.ofs.stats.copyUps.Add(1)
 	if st.Nlink > 1 {
-		n.part(ctx, p, name, meta || !ustOK, &ust)
+		n.part(p, name, meta || !ustOK, &ust)
 	}
 	return nil
 }
@@ -197,7 +197,7 @@ func (n *node) copyUp(ctx context.Context, kind copyKind) error {
 // directory entry, which takes the directory's lock: asynchronous, since
 // the request in flight may hold the lock of the file that a holder of
 // the directory's lock waits for.
-func (n *node) part(ctx context.Context, p *node, name string, meta bool, ust *unix.Stat_t) {
+func (n *node) part(p *node, name string, meta bool, ust *unix.Stat_t) {
 	n.mu.Lock()
 	r := n.rareMadeLocked()
 	r.parted = true

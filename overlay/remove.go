@@ -148,13 +148,13 @@ func (n *node) rmdirMadeHere(ctx context.Context, name string) (done bool, _ sys
 	if made, _ := c.dirFact(factMadeHere); !made {
 		return false, 0
 	}
-	top := c.top()
 	c.mu.Lock()
-	alone := len(c.chain) == 1
+	chain := c.chain
 	c.mu.Unlock()
-	if !alone || !top.Layer.Upper {
+	if len(chain) != 1 || !chain[0].Layer.Upper {
 		return false, 0
 	}
+	top := chain[0]
 	if below, err := n.inLower(name); err != nil || below {
 		return false, 0
 	}
