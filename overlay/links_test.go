@@ -20,14 +20,7 @@ func TestLinkOfPartedHardLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	mnt, _ := mountFS(t, Options{Lower: []string{lo}, Upper: up, Work: work, NoSec: NoSecOn})
-	stat := func(name string) unix.Stat_t {
-		t.Helper()
-		var st unix.Stat_t
-		if err := unix.Stat(mnt+"/"+name, &st); err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	stat := lstatIn(t, mnt)
 	lowerIno := stat("a").Ino
 	if stat("b").Ino != lowerIno {
 		t.Fatal("the lower hard links show different inode numbers")
@@ -78,14 +71,7 @@ func TestPartedHardLinkIdentity(t *testing.T) {
 		}
 	}
 	t.Cleanup(release)
-	stat := func(name string) unix.Stat_t {
-		t.Helper()
-		var st unix.Stat_t
-		if err := unix.Lstat(mnt+"/"+name, &st); err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	stat := lstatIn(t, mnt)
 	lowerIno := stat("g1").Ino
 	if stat("g2").Ino != lowerIno || stat("g3").Ino != lowerIno {
 		t.Fatal("the lower hard links show different inode numbers")
@@ -140,5 +126,18 @@ func TestPartedHardLinkIdentity(t *testing.T) {
 	}
 	if h1, h2 := check("after the kernel looked them up again"); h1 != g1 || h2 != g2 {
 		t.Errorf("inode numbers changed: g1 %d → %d, g2 %d → %d", g1, h1, g2, h2)
+	}
+}
+
+// lstatIn returns an lstat of names in directory dir that fails the test
+// on an error.
+func lstatIn(t *testing.T, dir string) func(name string) unix.Stat_t {
+	return func(name string) unix.Stat_t {
+		t.Helper()
+		var st unix.Stat_t
+		if err := unix.Lstat(dir+"/"+name, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st
 	}
 }
