@@ -217,6 +217,13 @@ func (n *node) part(p *node, name string, meta bool, ust *unix.Stat_t) {
 func (n *node) isParted() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return n.partedLocked()
+}
+
+// partedLocked is isParted.
+//
+// Preconditions: n.mu is held.
+func (n *node) partedLocked() bool {
 	r := n.rareLocked()
 	return r != nil && r.parted
 }

@@ -241,7 +241,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	t.mu.Lock()
 	tmp, gone := t.tmp, t.orphan || t.orphanLower || t.unlinked
-	parted := t.rareLocked() != nil && t.rareLocked().parted
+	parted := t.partedLocked()
 	t.mu.Unlock()
 	if gone {
 		// A file with no name left is not given one again (linkat(2)
