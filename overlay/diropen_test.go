@@ -72,6 +72,7 @@ func TestDirOpenWithoutRequest(t *testing.T) {
 	for i := 0; i < 2*maxDirStreams; i++ {
 		for j := 0; j < 40; j++ {
 			write(t, fmt.Sprintf("%s/many/d%03d/file-with-a-longish-name-%02d", l[j%3], i, j), "x")
+			write(t, fmt.Sprintf("%s/whole/directory-listed-whole-only-%03d/file-%02d", l[j%3], i, j), "x")
 		}
 	}
 	mnt, _, f := nosecMount(t, NoSecInherit, false, l...)
@@ -145,11 +146,19 @@ func TestDirOpenWithoutRequest(t *testing.T) {
 		t.Errorf("fsync of a directory: %v", err)
 	}
 
-	// Warm: no OPENDIR, no listing opened in the daemon.
+	// Warm: no OPENDIR, no listing opened in the daemon. The walk lists
+	// directories that were only ever read whole, from the start to the
+	// end in one getdents loop. The kernel fills its cached listing at
+	// the end, page after page (fuse_add_dirent_to_cache()), and a
+	// listing read in part by the passes above may lose its last page
+	// to a drop_caches of another test before the pass finishes it; the
+	// kernel then never completes that listing nor starts it anew while
+	// it keeps the inode (fuse_readdir_cached() returns UNCACHED for a
+	// listing not complete, without looking for its pages), and every
+	// later listing of the directory reaches the daemon.
 	walk := func() {
-		names(t, d)
-		for j := range fds {
-			names(t, fmt.Sprintf("%s/many/d%03d", mnt, j))
+		for _, dir := range names(t, mnt+"/whole") {
+			names(t, mnt+"/whole/"+dir)
 		}
 	}
 	var od, n, opened uint64
@@ -171,7 +180,7 @@ func TestDirOpenWithoutRequest(t *testing.T) {
 		t.Errorf("%d OPENDIR requests before the warm listings, %d after; want the first opens' only (answered ENOSYS, after which the kernel opens directories itself)", od, n)
 	}
 	if opened != 0 {
-		t.Errorf("2 warm listings of %d directories opened %d listings in the daemon, want 0", len(fds)+1, opened)
+		t.Errorf("2 warm listings of %d directories opened %d listings in the daemon, want 0", 2*maxDirStreams+1, opened)
 	}
 }
 
