@@ -148,8 +148,8 @@ func TestDirOpenWithoutRequest(t *testing.T) {
 
 	// Warm: no OPENDIR, no listing opened in the daemon. The walk lists
 	// directories that were only ever read whole, from the start to the
-	// end in one getdents loop. The kernel fills its cached listing at
-	// the end, page after page (fuse_add_dirent_to_cache()), and a
+	// end in one getdents loop. The kernel appends to its cached
+	// listing, page after page (fuse_add_dirent_to_cache()), and a
 	// listing read in part by the passes above may lose its last page
 	// to a drop_caches of another test before the pass finishes it; the
 	// kernel then never completes that listing nor starts it anew while
