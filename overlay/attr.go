@@ -46,6 +46,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		size, hasSize := in.GetSize()
 		kind := copyMeta
 		if hasSize {
+			// The kernel drops its pages beyond the new size
+			// with it: a failed write-back is behind (wberr.go).
+			defer n.wbReset()
 			kind = copyData
 			if size == 0 {
 				kind = copyNoData

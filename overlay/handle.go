@@ -1,7 +1,6 @@
 package overlay
 
 import (
-	"bytes"
 	"context"
 	"sync"
 	"syscall"
@@ -138,16 +137,8 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		n, err = unix.Pwrite(fd, data, off)
 	} else {
 		// strippable takes locMu, which comes before timesMu
-		// (doc.go): asked before keepMtime takes timesMu.
-		strip := h.n.strippable(fd)
-		err = h.n.keepMtime(fd, func() (err error) {
-			if strip {
-				n, err = mmapWrite(fd, data, off)
-			} else {
-				n, err = unix.Pwrite(fd, data, off)
-			}
-			return err
-		})
+		// (doc.go): asked before cacheWrite takes timesMu.
+		n, err = h.n.cacheWrite(ctx, fd, [][]byte{data}, off, h.n.strippable(fd))
 	}
 	return uint32(max(n, 0)), errno(err)
 }
@@ -212,17 +203,7 @@ func (h *handle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, 
 	if h.n.ofs.raw.seen(ctx).flags&flagCacheWrite == 0 {
 		n, err = unix.Pwritev(fd, data, off)
 	} else {
-		// strippable takes locMu, which comes before timesMu
-		// (doc.go): asked before keepMtime takes timesMu.
-		strip := h.n.strippable(fd)
-		err = h.n.keepMtime(fd, func() (err error) {
-			if strip {
-				n, err = mmapWrite(fd, bytes.Join(data, nil), off)
-			} else {
-				n, err = unix.Pwritev(fd, data, off)
-			}
-			return err
-		})
+		n, err = h.n.cacheWrite(ctx, fd, data, off, h.n.strippable(fd))
 	}
 	return uint32(max(n, 0)), errno(err)
 }
@@ -278,13 +259,24 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 		return errno(err)
 	}
 	if flags&1 != 0 {
-		return errno(unix.Fdatasync(fd))
+		err = unix.Fdatasync(fd)
+	} else {
+		err = unix.Fsync(fd)
 	}
-	return errno(unix.Fsync(fd))
+	if err == nil {
+		// The kernel sends FSYNC once its writeback is done, and
+		// after it reported a failed one (wberr.go).
+		h.n.wbReset()
+	}
+	return errno(err)
 }
 
-// Lseek answers SEEK_DATA and SEEK_HOLE from the backing file.
+// Lseek answers SEEK_DATA and SEEK_HOLE from the backing file, once it
+// holds what the kernel caches (seekFlush).
 func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	if !h.passthrough {
+		h.n.seekFlush(off)
+	}
 	fd, err := h.current()
 	if err != nil {
 		return 0, errno(err)

@@ -119,6 +119,9 @@ type rareFields struct {
 	partedIno uint64
 	// key identifies an upper file in FS.upperFiles.
 	key devIno
+	// wb is the record of a regular file's write-back WRITEs, kept
+	// once one failed or left a gap (wberr.go); guarded by timesMu.
+	wb *wbState
 }
 
 // rareLocked returns n's rare fields, nil when none was ever set.
@@ -272,6 +275,7 @@ var _ = (fs.NodeOnForgetter)((*node)(nil))
 // garbage.
 func (n *node) OnForget() {
 	n.ofs.forgetUpperFile(n)
+	n.wbReset()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.chain != nil && !n.IsRoot() {

@@ -251,6 +251,7 @@ func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int6
 	}
 	c, err := n.dataFD(ctx, true)
 	if err != nil {
+		n.writeFailed(ctx, off, err)
 		return 0, errno(err)
 	}
 	defer n.putFD(c, false)
@@ -264,6 +265,7 @@ func (n *node) Writev(ctx context.Context, f fs.FileHandle, data [][]byte, off i
 	}
 	c, err := n.dataFD(ctx, true)
 	if err != nil {
+		n.writeFailed(ctx, off, err)
 		return 0, errno(err)
 	}
 	defer n.putFD(c, false)
@@ -315,6 +317,7 @@ func (n *node) Lseek(ctx context.Context, f fs.FileHandle, off uint64, whence ui
 	if h, ok := f.(*handle); ok {
 		return h.Lseek(ctx, off, whence)
 	}
+	n.seekFlush(off)
 	c, err := n.dataFD(ctx, false)
 	if err != nil {
 		return 0, errno(err)

@@ -38,6 +38,8 @@ type rawFS struct {
 	// leaves inos alone.
 	inos   sync.Map // <-chan struct{} → uint64
 	parted atomic.Bool
+	// flight has the write-back WRITEs in flight (wberr.go).
+	flight wbFlight
 }
 
 // partedSeen records that a node may report an inode number other than
@@ -74,6 +76,12 @@ func (r *rawFS) Init(srv *fuse.Server) {
 type reqMark struct {
 	flags reqFlags
 	umask uint32
+	// unique is a write-back WRITE's request ID: the kernel numbers
+	// requests in the order it queues them (fuse_get_unique()), and
+	// writes back a file's pages in the order of their offsets, so a
+	// WRITE with a higher ID was sent after one with a lower (wberr.go);
+	// nodeID is the kernel's number of its file.
+	unique, nodeID uint64
 }
 
 // reqFlags are what rawFS saw on a request.
@@ -93,6 +101,15 @@ func (r *rawFS) mark(cancel <-chan struct{}, m reqMark) func() {
 	}
 	r.marks.Store(cancel, m)
 	return func() { r.marks.Delete(cancel) }
+}
+
+// writeMark is what a WRITE request carries for its handler.
+func writeMark(in *fuse.WriteIn) reqMark {
+	m := reqMark{flags: writeFlags(in)}
+	if m.flags&flagCacheWrite != 0 {
+		m.unique, m.nodeID = in.Unique, in.NodeId
+	}
+	return m
 }
 
 func writeFlags(in *fuse.WriteIn) (f reqFlags) {
@@ -115,13 +132,17 @@ func killFlag(on bool) reqFlags {
 // Write and Writev both need the wrapper: the server calls Writev first.
 func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
 	yield()
-	defer r.mark(cancel, reqMark{flags: writeFlags(in)})()
+	m := writeMark(in)
+	defer r.flight.start(m)()
+	defer r.mark(cancel, m)()
 	return r.RawFileSystem.Write(cancel, in, data)
 }
 
 func (r *rawFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
 	yield()
-	defer r.mark(cancel, reqMark{flags: writeFlags(in)})()
+	m := writeMark(in)
+	defer r.flight.start(m)()
+	defer r.mark(cancel, m)()
 	return r.RawFileSystem.Writev(cancel, in, data)
 }
 

@@ -95,7 +95,7 @@ func TestRawFSContext(t *testing.T) {
 	if st := p.r.Create(next(), in, "f", &co); !st.Ok() {
 		t.Fatalf("create: %v", st)
 	}
-	wr := &fuse.WriteIn{InHeader: fuse.InHeader{NodeId: co.NodeId}, Fh: co.Fh, WriteFlags: fuse.WRITE_KILL_SUIDGID | fuse.WRITE_CACHE}
+	wr := &fuse.WriteIn{InHeader: fuse.InHeader{NodeId: co.NodeId, Unique: 7}, Fh: co.Fh, WriteFlags: fuse.WRITE_KILL_SUIDGID | fuse.WRITE_CACHE}
 	if _, st := p.r.Write(next(), wr, []byte("x")); !st.Ok() {
 		t.Fatalf("write: %v", st)
 	}
@@ -104,7 +104,7 @@ func TestRawFSContext(t *testing.T) {
 	want := map[string]reqMark{
 		"mkdir":   {umask: 0o027},
 		"create":  {flags: flagKill, umask: 0o002},
-		"write":   {flags: flagKill | flagCacheWrite},
+		"write":   {flags: flagKill | flagCacheWrite, unique: 7, nodeID: co.NodeId},
 		"release": {},
 	}
 	for op, w := range want {

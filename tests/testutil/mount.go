@@ -460,9 +460,15 @@ func KernelOverlay(t testing.TB, lower []string, upper, work string, extra ...st
 	return mnt
 }
 
-// Tmpfs mounts a fresh tmpfs on a new directory under t.TempDir() and
-// unmounts it when the test ends.
+// Tmpfs mounts a fresh tmpfs of 64 MiB on a new directory under
+// t.TempDir() and unmounts it when the test ends.
 func Tmpfs(t testing.TB) string {
+	t.Helper()
+	return TmpfsSize(t, "64m")
+}
+
+// TmpfsSize is Tmpfs of size (tmpfs's size=, e.g. "20m").
+func TmpfsSize(t testing.TB, size string) string {
 	t.Helper()
 	RequireRoot(t)
 	LeakCheck(t)
@@ -472,7 +478,7 @@ func Tmpfs(t testing.TB) string {
 	}
 	trackMount(dir)
 	t.Cleanup(func() { unmountStrict(t, dir) })
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m,mode=755", "tmpfs", dir).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=755", "tmpfs", dir).CombinedOutput(); err != nil {
 		t.Fatalf("mount tmpfs: %v: %s", err, out)
 	}
 	return dir
