@@ -56,6 +56,26 @@ func OpenUp(t testing.TB, dir string) {
 	}
 }
 
+// UserBinary copies the test binary where every user may run it (its
+// build directory is root's alone), under t.TempDir().
+func UserBinary(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	OpenUp(t, dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(Binary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "goverlay")
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
 // Stats is what `goverlay stats --json MOUNTPOINT` prints: the daemon's
 // own type, decoded from the command's output.
 type Stats = overlay.Stats
