@@ -3,7 +3,6 @@ package overlay
 import (
 	"fmt"
 	"log"
-	"net"
 	"os"
 	"runtime"
 	"sync"
@@ -136,7 +135,8 @@ type FS struct {
 	// (lower.Caches, which says when each entry goes).
 	caches *lower.Caches
 
-	statsL net.Listener
+	// statsSock is the control socket (statsock.go), nil without one.
+	statsSock *statsServer
 	// root is the mount's root directory, once mounted.
 	root *node
 	// uring serves requests over io_uring where the kernel takes it
@@ -260,8 +260,8 @@ func New(o Options) (*FS, error) {
 // Close releases the layers. It is called after the mount is gone.
 func (f *FS) Close() {
 	errLog.CompareAndSwap(f.log, nil)
-	if f.statsL != nil {
-		f.statsL.Close()
+	if f.statsSock != nil {
+		f.statsSock.close()
 	}
 	// The kernel ended the rings' entries at the unmount, unless the
 	// mount lives on elsewhere (uringServer.wait).
@@ -300,6 +300,9 @@ func (f *FS) ReadOnly() bool { return f.upper == nil }
 // once the kernel has accepted the mount (fuse.Server.WaitMount).
 func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 	errLog.Store(f.log)
+	// The control socket is named after the mountpoint's path, resolved
+	// before the mount is on it.
+	resolved := resolveMountpoint(mountpoint)
 	root := f.newRoot()
 	f.root = root
 	opts := f.fsOptions()
@@ -342,7 +345,7 @@ func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 	if f.opts.Verbose || f.opts.Debug {
 		f.log.Printf("NOSEC %s: %s; %s", map[bool]string{true: "on", false: "off"}[f.nosec], f.nosecWhy, f.ioSummary())
 	}
-	if f.statsL, err = f.serveStats(mountpoint, os.Getpid()); err != nil {
+	if f.statsSock, err = f.serveStats(resolved, os.Getpid()); err != nil {
 		// The mount works without it; `goverlay stats` will say so.
 		f.log.Printf("%v", err)
 	}

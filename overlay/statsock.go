@@ -6,10 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"path/filepath"
-	"syscall"
+	"strconv"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Stats is what a live mount reports to `goverlay stats`. The JSON names
@@ -138,63 +143,391 @@ func (f *FS) Stats() Stats {
 	return s
 }
 
-// statsAddr is the control socket of the mount at mountpoint: an abstract
-// unix socket, so nothing appears in the mount or on disk, and nothing is
-// left behind by a daemon that dies.
-func statsAddr(mountpoint string) string {
-	abs, err := filepath.Abs(mountpoint)
-	if err == nil {
-		if r, err := filepath.EvalSymlinks(abs); err == nil {
-			abs = r
-		}
-	}
-	sum := sha256.Sum256([]byte(abs))
-	return "@goverlay-stats-" + hex.EncodeToString(sum[:16])
+// The control socket.
+//
+// A live mount answers `goverlay stats` on a unix socket (unix(7)) named
+// after its mountpoint, in a directory only root or the daemon's user may
+// write (statsDir): no other user can take the name first, or answer in
+// the daemon's place. The daemon answers a peer whose SO_PEERCRED says
+// uid 0 or its own uid, and closes others' connections unanswered. The
+// client (ReadStats) takes an answer only from a peer of uid 0 or the
+// mount's owner, whose JSON names that peer's pid and the mountpoint
+// asked for.
+
+// statsRootDir holds the sockets of root's daemons.
+const statsRootDir = "/run/goverlay"
+
+// statsIOTimeout bounds each step of a conversation on the socket.
+const statsIOTimeout = 5 * time.Second
+
+// statsName is the socket's name in its directory: a hash of the resolved
+// mountpoint, which fits sun_path whatever the path's length.
+func statsName(mountpoint string) string {
+	sum := sha256.Sum256([]byte(mountpoint))
+	return hex.EncodeToString(sum[:16]) + ".sock"
 }
 
-// statsBindWait bounds how long serveStats waits for its address.
-const statsBindWait = 2 * time.Second
+// resolveMountpoint makes mountpoint absolute and resolves its symlinks,
+// as far as it can: a FUSE mount refuses other users than its owner
+// (without allow_other), root included, so for them only the directory
+// it is in is resolved.
+func resolveMountpoint(mountpoint string) string {
+	abs, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return mountpoint
+	}
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		return r
+	}
+	if r, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		return filepath.Join(r, filepath.Base(abs))
+	}
+	return abs
+}
 
-// serveStats answers each connection with the counters as JSON.
-func (f *FS) serveStats(mountpoint string, pid int) (net.Listener, error) {
-	// The daemon of a mount just unmounted from the same mountpoint may
-	// hold the address for a moment longer, until it exits.
-	l, err := net.Listen("unix", statsAddr(mountpoint))
-	for end := time.Now().Add(statsBindWait); errors.Is(err, syscall.EADDRINUSE) && time.Now().Before(end); {
-		time.Sleep(20 * time.Millisecond)
-		l, err = net.Listen("unix", statsAddr(mountpoint))
+// statsDir is a directory for the sockets of one user's daemons: its path,
+// and whether others may read and search it (root's, in /run; a user's
+// must be private).
+type statsDir struct {
+	path   string
+	shared bool
+}
+
+// daemonStatsDir is where this process, running as uid, keeps its socket:
+// statsRootDir for root (of the initial user namespace);
+// $XDG_RUNTIME_DIR/goverlay when that directory is set and the user's
+// own; otherwise /tmp/goverlay-UID, named by the uid outside a user
+// namespace, so that two users' namespaces do not meet there.
+func daemonStatsDir(uid int) statsDir {
+	if d, ok := userStatsDir(uid, os.Getenv("XDG_RUNTIME_DIR")); ok {
+		return d
+	}
+	return tmpStatsDir(uid)
+}
+
+// userStatsDir is the directory of root's daemons (uid 0 of the initial
+// user namespace), or that in $XDG_RUNTIME_DIR when xdg is set and
+// belongs to uid.
+func userStatsDir(uid int, xdg string) (statsDir, bool) {
+	if uid == 0 && inInitialUserNS() {
+		return statsDir{path: statsRootDir, shared: true}, true
+	}
+	if filepath.IsAbs(xdg) && ownedDir(xdg, uid) {
+		return statsDir{path: filepath.Join(xdg, "goverlay")}, true
+	}
+	return statsDir{}, false
+}
+
+// tmpStatsDir is uid's directory in /tmp.
+func tmpStatsDir(uid int) statsDir {
+	return statsDir{path: "/tmp/goverlay-" + strconv.Itoa(hostUID(uid))}
+}
+
+// statsDirsOf lists where a daemon of the mount owner's may have its
+// socket, as seen by a client that may have another environment: in the
+// client's $XDG_RUNTIME_DIR, in the one pam_systemd gives the owner
+// (/run/user/UID), or in /tmp.
+func statsDirsOf(owner int) []statsDir {
+	var dirs []statsDir
+	if d, ok := userStatsDir(owner, os.Getenv("XDG_RUNTIME_DIR")); ok {
+		if d.shared {
+			return []statsDir{d}
+		}
+		dirs = append(dirs, d)
+	}
+	if run := "/run/user/" + strconv.Itoa(hostUID(owner)); ownedDir(run, owner) {
+		if d := filepath.Join(run, "goverlay"); len(dirs) == 0 || dirs[0].path != d {
+			dirs = append(dirs, statsDir{path: d})
+		}
+	}
+	return append(dirs, tmpStatsDir(owner))
+}
+
+// ownedDir reports whether path is a directory (not a symlink) of uid's
+// that no one else may write.
+func ownedDir(path string, uid int) bool {
+	var st unix.Stat_t
+	return unix.Lstat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && int(st.Uid) == uid && st.Mode&0o022 == 0
+}
+
+// openStatsDir opens d, a directory of uid's, making it (mode 0700) if
+// create is set and it is missing. It refuses a symlink, anything but a
+// directory, one of another owner, and one that group or others may write
+// (or, unless shared, read or search). The fd is what the socket is
+// reached through (statsPath), so the directory checked is the one used.
+func openStatsDir(d statsDir, uid int, create bool) (int, error) {
+	if create {
+		if err := unix.Mkdir(d.path, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+			return -1, fmt.Errorf("cannot make %s: %w", d.path, err)
+		}
+	}
+	fd, err := unix.Open(d.path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return -1, fmt.Errorf("%s is not a directory (a symlink, or another file)", d.path)
+		}
+		return -1, &os.PathError{Op: "open", Path: d.path, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, &os.PathError{Op: "fstat", Path: d.path, Err: err}
+	}
+	mask := uint32(0o077)
+	if d.shared {
+		mask = 0o022
+	}
+	switch {
+	case int(st.Uid) != uid:
+		err = fmt.Errorf("%s belongs to uid %d, not %d", d.path, st.Uid, uid)
+	case st.Mode&mask != 0:
+		err = fmt.Errorf("%s has mode %04o: others may use it", d.path, st.Mode&0o7777)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("stats socket: %w", err)
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// statsPath is the path of entry name of the directory open at dirfd,
+// through /proc/self/fd: short enough for sun_path, and no path can put
+// another directory in the place of the one checked.
+func statsPath(dirfd int, name string) string {
+	return "/proc/self/fd/" + strconv.Itoa(dirfd) + "/" + name
+}
+
+// inInitialUserNS reports whether this process is in the initial user
+// namespace (user_namespaces(7)).
+func inInitialUserNS() bool {
+	ns, err := os.Readlink("/proc/self/ns/user")
+	return err != nil || ns == initialUserNS
+}
+
+// hostUID maps uid of this process's user namespace to the parent
+// namespace's (uid itself where it is not mapped, or in the initial one).
+func hostUID(uid int) int {
+	b, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return uid
+	}
+	return mapUID(string(b), uid)
+}
+
+// mapUID maps uid through uidMap, a uid_map's text: lines of "ID-INSIDE
+// ID-OUTSIDE LENGTH" (user_namespaces(7)).
+func mapUID(uidMap string, uid int) int {
+	for _, line := range strings.Split(uidMap, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		in, e1 := strconv.ParseUint(f[0], 10, 32)
+		out, e2 := strconv.ParseUint(f[1], 10, 32)
+		n, e3 := strconv.ParseUint(f[2], 10, 32)
+		if e1 == nil && e2 == nil && e3 == nil && uid >= 0 && uint64(uid) >= in && uint64(uid)-in < n {
+			return int(out + uint64(uid) - in)
+		}
+	}
+	return uid
+}
+
+// statsServer is a mount's socket.
+type statsServer struct {
+	l     *net.UnixListener
+	dirfd int
+	name  string
+	// dev and ino identify the socket's file: a later daemon of the
+	// same mountpoint may have put its own in its place (close).
+	dev, ino uint64
+}
+
+// serveStats answers each connection of root or of this process's user
+// with the counters as JSON. mountpoint is resolved (resolveMountpoint).
+// It never waits: a stale socket of the same name, of a daemon dead or
+// still exiting, is replaced.
+func (f *FS) serveStats(mountpoint string, pid int) (*statsServer, error) {
+	uid := os.Geteuid()
+	dir := daemonStatsDir(uid)
+	dirfd, err := openStatsDir(dir, uid, true)
+	if err != nil {
+		return nil, fmt.Errorf("no stats socket (goverlay stats will not answer for %s): %w", mountpoint, err)
+	}
+	s := &statsServer{dirfd: dirfd, name: statsName(mountpoint)}
+	if err := s.listen(pid); err != nil {
+		unix.Close(dirfd)
+		return nil, fmt.Errorf("no stats socket (goverlay stats will not answer for %s): %s: %w", mountpoint, filepath.Join(dir.path, s.name), err)
 	}
 	go func() {
 		for {
-			c, err := l.Accept()
+			c, err := s.l.AcceptUnix()
 			if err != nil {
 				return
 			}
-			s := f.Stats()
-			s.Mountpoint, s.PID = mountpoint, pid
-			s.Lower, s.Upper = f.opts.Lower, f.opts.Upper
-			c.SetWriteDeadline(time.Now().Add(5 * time.Second))
-			json.NewEncoder(c).Encode(s)
+			if cred, err := peerCred(c); err != nil || (cred.Uid != 0 && int(cred.Uid) != uid) {
+				if f.opts.Debug {
+					f.log.Printf("stats socket: closed a connection of %v without an answer (%v): only root and uid %d are answered", cred, err, uid)
+				}
+				c.Close()
+				continue
+			}
+			st := f.Stats()
+			st.Mountpoint, st.PID = mountpoint, pid
+			st.Lower, st.Upper = f.opts.Lower, f.opts.Upper
+			c.SetWriteDeadline(time.Now().Add(statsIOTimeout))
+			json.NewEncoder(c).Encode(st)
 			c.Close()
 		}
 	}()
-	return l, nil
+	return s, nil
 }
 
-// ReadStats asks the daemon serving mountpoint for its counters.
-func ReadStats(mountpoint string) (Stats, error) {
-	var s Stats
-	c, err := net.DialTimeout("unix", statsAddr(mountpoint), 5*time.Second)
+// listen binds the socket under a name of its own and renames it over
+// s.name (rename(2) replaces a stale socket in one step, and two daemons
+// of one mountpoint never meet EADDRINUSE).
+func (s *statsServer) listen(pid int) error {
+	tmp := s.name + "." + strconv.Itoa(pid)
+	// A daemon that died here, whose pid this one has now.
+	unix.Unlinkat(s.dirfd, tmp, 0)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: statsPath(s.dirfd, tmp), Net: "unix"})
 	if err != nil {
-		return s, fmt.Errorf("no goverlay mount at %s (%w)", mountpoint, err)
+		return err
+	}
+	// close removes the file, if it is still this one.
+	l.SetUnlinkOnClose(false)
+	var st unix.Stat_t
+	err = unix.Fchmodat(s.dirfd, tmp, 0o600, 0)
+	if err == nil {
+		err = unix.Fstatat(s.dirfd, tmp, &st, unix.AT_SYMLINK_NOFOLLOW)
+	}
+	if err == nil {
+		err = unix.Renameat(s.dirfd, tmp, s.dirfd, s.name)
+	}
+	if err != nil {
+		l.Close()
+		unix.Unlinkat(s.dirfd, tmp, 0)
+		return err
+	}
+	s.l, s.dev, s.ino = l, st.Dev, st.Ino
+	return nil
+}
+
+// close stops answering and removes the socket's file, unless a later
+// daemon of the same mountpoint replaced it.
+func (s *statsServer) close() {
+	s.l.Close()
+	var st unix.Stat_t
+	if unix.Fstatat(s.dirfd, s.name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Dev == s.dev && st.Ino == s.ino {
+		unix.Unlinkat(s.dirfd, s.name, 0)
+	}
+	unix.Close(s.dirfd)
+}
+
+// peerCred is the SO_PEERCRED of c's peer: who connected, or who listens.
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	cerr := rc.Control(func(fd uintptr) {
+		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if cerr != nil {
+		return nil, cerr
+	}
+	return cred, err
+}
+
+// ErrStatsDenied is ReadStats's error for a caller neither root nor the
+// mount's owner.
+var ErrStatsDenied = errors.New("only root and the mount's owner may read its statistics")
+
+// StatsRefusedError is ReadStats's error when what answered on the socket
+// is not the daemon serving the mount.
+type StatsRefusedError struct {
+	Socket string
+	Why    string
+}
+
+func (e *StatsRefusedError) Error() string {
+	return "refused the answer on " + e.Socket + ": " + e.Why
+}
+
+// ResolveMountpoint is mountpoint as ReadStats and the daemon name it:
+// absolute, its symlinks resolved.
+func ResolveMountpoint(mountpoint string) string { return resolveMountpoint(mountpoint) }
+
+// ReadStats asks the daemon serving mountpoint for its counters. owner is
+// the mount's owner (the user_id of its FUSE connection): its daemon runs
+// as root or as owner.
+func ReadStats(mountpoint string, owner int) (Stats, error) {
+	mnt := resolveMountpoint(mountpoint)
+	if me := os.Geteuid(); me != 0 && me != owner {
+		return Stats{}, fmt.Errorf("%w: it is uid %d's, and this is uid %d", ErrStatsDenied, owner, me)
+	}
+	// The first of the most telling errors: a refusal, then any but a
+	// missing socket.
+	var told error
+	rank := func(err error) int {
+		var r *StatsRefusedError
+		switch {
+		case errors.As(err, &r):
+			return 2
+		case errors.Is(err, unix.ENOENT):
+			return 0
+		}
+		return 1
+	}
+	for _, d := range statsDirsOf(owner) {
+		s, err := readStatsIn(d, owner, mnt)
+		if err == nil {
+			return s, nil
+		}
+		if told == nil || rank(err) > rank(told) {
+			told = err
+		}
+	}
+	return Stats{}, told
+}
+
+// readStatsIn reads the counters from the socket of mnt in d, a
+// directory of owner's.
+func readStatsIn(d statsDir, owner int, mnt string) (Stats, error) {
+	var s Stats
+	dirfd, err := openStatsDir(d, owner, false)
+	if err != nil {
+		return s, err
+	}
+	defer unix.Close(dirfd)
+	name := statsName(mnt)
+	shown := filepath.Join(d.path, name)
+	c, err := net.DialTimeout("unix", statsPath(dirfd, name), statsIOTimeout)
+	if err != nil {
+		// The errno alone: the address is the /proc/self/fd path.
+		var errno unix.Errno
+		if errors.As(err, &errno) {
+			err = errno
+		}
+		return s, &os.PathError{Op: "connect", Path: shown, Err: err}
 	}
 	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if err := json.NewDecoder(c).Decode(&s); err != nil {
-		return s, fmt.Errorf("read stats of %s: %w", mountpoint, err)
+	cred, err := peerCred(c.(*net.UnixConn))
+	if err != nil {
+		return s, fmt.Errorf("%s: SO_PEERCRED: %w", shown, err)
+	}
+	if cred.Uid != 0 && int(cred.Uid) != owner {
+		return s, &StatsRefusedError{shown, fmt.Sprintf("the process answering (pid %d) runs as uid %d, neither root nor the mount's owner (uid %d)", cred.Pid, cred.Uid, owner)}
+	}
+	c.SetReadDeadline(time.Now().Add(statsIOTimeout))
+	if err := json.NewDecoder(io.LimitReader(c, 1<<20)).Decode(&s); err != nil {
+		return s, fmt.Errorf("read %s: %w", shown, err)
+	}
+	switch {
+	case s.PID != int(cred.Pid):
+		return Stats{}, &StatsRefusedError{shown, fmt.Sprintf("the answer names pid %d, but pid %d sent it", s.PID, cred.Pid)}
+	case s.Mountpoint != mnt:
+		return Stats{}, &StatsRefusedError{shown, fmt.Sprintf("the answer is for mountpoint %q, not %q", s.Mountpoint, mnt)}
 	}
 	return s, nil
 }

@@ -37,6 +37,19 @@ func readMountinfo(path string) ([]mountEntry, error) {
 	return out, nil
 }
 
+// owner is the user a FUSE mount belongs to: the user_id of its super
+// options (fuse(4)); 0, root, when there is none.
+func (m mountEntry) owner() int {
+	for _, opt := range strings.Split(m.superOpts, ",") {
+		if v, ok := strings.CutPrefix(opt, "user_id="); ok {
+			if uid, err := strconv.ParseUint(v, 10, 32); err == nil {
+				return int(uid)
+			}
+		}
+	}
+	return 0
+}
+
 // unescapeMountinfo undoes the octal escapes (\040 for a space, \054 for
 // a comma, ...) of /proc/self/mountinfo.
 func unescapeMountinfo(s string) string {

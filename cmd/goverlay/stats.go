@@ -2,10 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -36,9 +36,14 @@ func runStats(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "goverlay: stats needs a mountpoint; usage: goverlay stats [--json] MOUNTPOINT\n")
 		return exitUsage
 	}
-	s, err := overlay.ReadStats(mnt)
+	m, why := goverlayMountAt(mnt)
+	if why != "" {
+		fmt.Fprintf(stderr, "goverlay: %s\n", why)
+		return exitBadLayer
+	}
+	s, err := overlay.ReadStats(mnt, m.owner())
 	if err != nil {
-		fmt.Fprintf(stderr, "goverlay: %s\n", whyNoStats(mnt, err))
+		fmt.Fprintf(stderr, "goverlay: %s\n", whyNoStats(mnt, m.owner(), err))
 		return exitBadLayer
 	}
 	if asJSON {
@@ -119,42 +124,52 @@ func writeStats(w io.Writer, s overlay.Stats) {
 	tw.Flush()
 }
 
-// whyNoStats says, in words, why mnt's counters could not be read: it does
-// not exist, it is not a mount point, it is another filesystem, or the
-// goverlay daemon serving it did not answer.
-func whyNoStats(mnt string, err error) string {
-	if _, serr := os.Stat(mnt); serr != nil {
-		if os.IsNotExist(serr) {
-			return fmt.Sprintf("%s does not exist; give the mountpoint of a goverlay mount", show(mnt))
-		}
-		// A dead FUSE mount (ENOTCONN) lands here too.
-		return fmt.Sprintf("cannot look at %s (%v); is it a goverlay mount whose daemon died? unmount it with umount -l %s", show(mnt), oneLineError{serr}, shellQuote(mnt))
+// goverlayMountAt returns the goverlay mount on mnt, or says in words why
+// there is none: mnt does not exist, is not a mount point, or is another
+// filesystem.
+func goverlayMountAt(mnt string) (mountEntry, string) {
+	_, serr := os.Stat(mnt)
+	switch {
+	case os.IsNotExist(serr):
+		return mountEntry{}, fmt.Sprintf("%s does not exist; give the mountpoint of a goverlay mount", show(mnt))
+	case serr != nil && !os.IsPermission(serr):
+		// A dead FUSE mount (ENOTCONN) lands here. A live one
+		// refuses users other than its owner without allow_other,
+		// root included: the mount table says what it is.
+		return mountEntry{}, fmt.Sprintf("cannot look at %s (%v); is it a goverlay mount whose daemon died? unmount it with umount -l %s", show(mnt), oneLineError{serr}, shellQuote(mnt))
 	}
-	abs, aerr := filepath.Abs(mnt)
-	if aerr == nil {
-		if r, rerr := filepath.EvalSymlinks(abs); rerr == nil {
-			abs = r
-		}
-	}
-	fsType, mounted := mountType(abs)
+	m, mounted := topMountAt(overlay.ResolveMountpoint(mnt))
 	switch {
 	case !mounted:
-		return fmt.Sprintf("%s is not a mount point; give the directory a goverlay mount is mounted on (see findmnt -t fuse.goverlay)", show(mnt))
-	case fsType != "fuse.goverlay":
-		return fmt.Sprintf("%s is not a goverlay mount (its filesystem is %s); see findmnt -t fuse.goverlay for goverlay mounts", show(mnt), fsType)
+		return m, fmt.Sprintf("%s is not a mount point; give the directory a goverlay mount is mounted on (see findmnt -t fuse.goverlay)", show(mnt))
+	case m.fsType != "fuse.goverlay":
+		return m, fmt.Sprintf("%s is not a goverlay mount (its filesystem is %s); see findmnt -t fuse.goverlay for goverlay mounts", show(mnt), m.fsType)
 	}
-	return fmt.Sprintf("the goverlay daemon serving %s does not answer (%v); it may be in another network namespace, or too old to report statistics", show(mnt), oneLineError{err})
+	return m, ""
 }
 
-// mountType returns the filesystem type of the mount whose mount point is
-// path (the topmost one, when several are stacked), from
-// /proc/self/mountinfo (proc(5)).
-func mountType(path string) (fsType string, mounted bool) {
+// whyNoStats says, in words, why the counters of mnt, a goverlay mount of
+// owner's, could not be read: the caller may not read them, what answered
+// is not the mount's daemon, or the daemon did not answer.
+func whyNoStats(mnt string, owner int, err error) string {
+	var refused *overlay.StatsRefusedError
+	switch {
+	case errors.Is(err, overlay.ErrStatsDenied):
+		return fmt.Sprintf("cannot read the statistics of %s: only root and the mount's owner (uid %d) may; run goverlay stats as one of them", show(mnt), owner)
+	case errors.As(err, &refused):
+		return fmt.Sprintf("not showing the statistics of %s: what answered on its control socket %s is not the goverlay daemon serving it: %s", show(mnt), refused.Socket, refused.Why)
+	}
+	return fmt.Sprintf("the goverlay daemon serving %s does not answer (%v); it may run in another mount namespace, have no control socket (its log says why), or be too old to report statistics", show(mnt), oneLineError{err})
+}
+
+// topMountAt returns the mount whose mount point is path (the topmost
+// one, when several are stacked), from /proc/self/mountinfo (proc(5)).
+func topMountAt(path string) (m mountEntry, mounted bool) {
 	mounts, _ := readMountinfo("/proc/self/mountinfo")
-	for _, m := range mounts {
-		if m.mountpoint == path {
-			fsType, mounted = m.fsType, true
+	for _, e := range mounts {
+		if e.mountpoint == path {
+			m, mounted = e, true
 		}
 	}
-	return fsType, mounted
+	return m, mounted
 }

@@ -531,7 +531,13 @@ func waitExit(pid int, d time.Duration) {
 // whose mount is gone is waited for instead: `umount; goverlay ...` run
 // back to back must work.
 func checkSameMount(c *config) error {
-	s, err := overlay.ReadStats(c.Mountpoint)
+	// The daemon of a goverlay mount there runs as its owner or root;
+	// one just unmounted was, most likely, this user's.
+	owner := geteuid()
+	if m, ok := topMountAt(overlay.ResolveMountpoint(c.Mountpoint)); ok && m.fsType == "fuse.goverlay" {
+		owner = m.owner()
+	}
+	s, err := overlay.ReadStats(c.Mountpoint, owner)
 	if err != nil || len(s.Lower) != len(c.Lower) || (s.Upper == "") != (c.Upper == "") {
 		return nil // no goverlay there (or one too old to say its layers)
 	}

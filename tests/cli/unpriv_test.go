@@ -1,7 +1,7 @@
 package cli_test
 
 import (
-	"io"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,22 +13,7 @@ import (
 
 // userBinary copies the test binary where an unprivileged user may run it
 // (the build directory is 0700).
-func userBinary(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	openUp(t, dir)
-	must(t, os.Chmod(dir, 0o755))
-	src, err := os.Open(testutil.Binary(t))
-	must(t, err)
-	defer src.Close()
-	bin := filepath.Join(dir, "goverlay")
-	dst, err := os.OpenFile(bin, os.O_WRONLY|os.O_CREATE, 0o755)
-	must(t, err)
-	_, err = io.Copy(dst, src)
-	must(t, err)
-	must(t, dst.Close())
-	return bin
-}
+func userBinary(t *testing.T) string { return testutil.UserBinary(t) }
 
 // userLayout makes lower (root's, readable by all), and upper, work and
 // mnt owned by uid:gid, under a directory everyone may search.
@@ -56,7 +41,8 @@ func runAs(t *testing.T, uid, gid int, bin string, args ...string) testutil.Resu
 
 // TestUnprivilegedMount: a user other than root mounts through
 // fusermount3 with layers of its own; the workdir's work directory is
-// opened up to its owner (the kernel's mode 0 would lock the user out).
+// opened up to its owner (the kernel's mode 0 would lock the user out);
+// the user and root read its statistics, no one else.
 func TestUnprivilegedMount(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.LeakCheck(t)
@@ -80,6 +66,27 @@ func TestUnprivilegedMount(t *testing.T) {
 	}
 	if data, err := os.ReadFile(filepath.Join(upper, "new")); err != nil || string(data) != "new\n" {
 		t.Errorf("upper/new: %q, %v", data, err)
+	}
+	// The statistics, for the owner and for root (whom the mount itself
+	// refuses: no allow_other), from the daemon's socket in the owner's
+	// directory; not for another user.
+	for _, who := range []string{"owner", "root"} {
+		var st testutil.Stats
+		if who == "owner" {
+			r := runAs(t, uid, gid, bin, "stats", "--json", mnt)
+			if err := json.Unmarshal([]byte(r.Stdout), &st); r.Code != 0 || err != nil {
+				t.Errorf("goverlay stats as uid %d: %s (%v)", uid, r, err)
+			}
+		} else {
+			st = testutil.ReadStats(t, m)
+		}
+		if st.Mountpoint != mnt || st.PID != m.PID || len(st.Lower) != 1 || st.Lower[0] != lower || st.Upper != upper {
+			t.Errorf("goverlay stats as %s: mountpoint %q, pid %d, lowerdir %q, upperdir %q; want %q, %d, %q, %q",
+				who, st.Mountpoint, st.PID, st.Lower, st.Upper, mnt, m.PID, lower, upper)
+		}
+	}
+	if r := runAs(t, 65534, 65534, bin, "stats", mnt); r.Code != 2 || !strings.Contains(r.Stderr, "only root and the mount's owner (uid "+strconv.Itoa(uid)+") may") {
+		t.Errorf("goverlay stats as uid 65534: %s; want exit 2 saying who may read them", r)
 	}
 	m.Unmount(t)
 }

@@ -178,7 +178,9 @@ func runRootlessMatrix(t *testing.T, goOpts string) {
 
 	e := matrixEnv{
 		gDir: gmnt, kDir: kmnt, gs: gs, ks: ks, rootless: true,
-		stats: func() testutil.Stats { return testutil.ReadStats(t, &testutil.Mounted{Dir: gmnt}) },
+		// The mount is in the shell's mount namespace only: ask from
+		// there, as the namespace's root (its owner).
+		stats: func() testutil.Stats { return testutil.ReadStatsWith(t, gmnt, nsenter(nil)) },
 		state: func(paths []string) map[string]fileState {
 			var pairs [][2]string
 			for _, p := range paths {

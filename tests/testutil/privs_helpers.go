@@ -56,6 +56,26 @@ func OpenUp(t testing.TB, dir string) {
 	}
 }
 
+// UserBinary copies the test binary where every user may run it (its
+// build directory is root's alone), under t.TempDir().
+func UserBinary(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	OpenUp(t, dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(Binary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "goverlay")
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
 // Stats is what `goverlay stats --json MOUNTPOINT` prints: the daemon's
 // own type, decoded from the command's output.
 type Stats = overlay.Stats
@@ -64,25 +84,33 @@ type Stats = overlay.Stats
 // keys the test relies on must all be present.
 func ReadStats(t testing.TB, m *Mounted) Stats {
 	t.Helper()
+	return ReadStatsWith(t, m.Dir, nil)
+}
+
+// ReadStatsWith is ReadStats of the mount on dir, the command run under
+// wrap: e.g. nsenter into the namespaces of a mount made in them.
+func ReadStatsWith(t testing.TB, dir string, wrap []string) Stats {
+	t.Helper()
+	argv := append(append(append([]string{}, wrap...), Binary(t)), "stats", "--json", dir)
 	// The race-enabled binary sleeps 1s at exit (GORACE atexit_sleep_ms)
 	// unless told not to.
-	r := Run(t, 30*time.Second, []string{"GORACE=atexit_sleep_ms=0"}, Binary(t), "stats", "--json", m.Dir)
+	r := Run(t, 30*time.Second, []string{"GORACE=atexit_sleep_ms=0"}, argv[0], argv[1:]...)
 	if r.Code != 0 {
-		t.Fatalf("goverlay stats --json %s: %s", m.Dir, r)
+		t.Fatalf("goverlay stats --json %s: %s", dir, r)
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(r.Stdout), &raw); err != nil {
-		t.Fatalf("goverlay stats --json %s: %v\n%s", m.Dir, err, r.Stdout)
+		t.Fatalf("goverlay stats --json %s: %v\n%s", dir, err, r.Stdout)
 	}
 	for _, k := range []string{"nosec", "capability_reads", "privilege_checks", "privilege_checks_skipped",
 		"removed_suid", "removed_sgid", "removed_capabilities", "opens_passthrough", "opens_through_goverlay"} {
 		if _, ok := raw[k]; !ok {
-			t.Fatalf("goverlay stats --json %s: no %q in %s", m.Dir, k, r.Stdout)
+			t.Fatalf("goverlay stats --json %s: no %q in %s", dir, k, r.Stdout)
 		}
 	}
 	var s Stats
 	if err := json.Unmarshal([]byte(r.Stdout), &s); err != nil {
-		t.Fatalf("goverlay stats --json %s: %v\n%s", m.Dir, err, r.Stdout)
+		t.Fatalf("goverlay stats --json %s: %v\n%s", dir, err, r.Stdout)
 	}
 	return s
 }

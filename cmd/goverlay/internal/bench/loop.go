@@ -284,7 +284,7 @@ func (b *bencher) round(round int) {
 	// opens. The last round's counters are kept.
 	for _, inst := range live {
 		if inst.def.kind == kindGoverlay {
-			if st, err := readStats(inst.root); err == nil {
+			if st, err := inst.stats(); err == nil {
 				inst.state.status.Stats = &st
 			} else {
 				inst.state.status.Notes = appendOnce(inst.state.status.Notes, err.Error())

@@ -37,6 +37,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/overlay"
 )
 
 // AgentFlag, as the first argument of `goverlay bench`, runs the rootless
@@ -331,6 +333,47 @@ func (a *agent) run(inst *instance, w *workloadDef, b *bencher) (sample, error) 
 	}
 }
 
+// agentStatsRequest, on the agent's stdin, asks for the daemon's counters.
+// They come from the agent: the mount is in its namespaces, and a daemon
+// answers root of its user namespace, not the bench's.
+const agentStatsRequest = "stats"
+
+// agentStats is the agent's answer to agentStatsRequest.
+type agentStats struct {
+	Stats *overlay.Stats `json:"stats,omitempty"`
+	Err   string         `json:"err,omitempty"`
+}
+
+// stats asks the agent for its daemon's counters.
+func (a *agent) stats() (overlay.Stats, error) {
+	if _, err := fmt.Fprintln(a.in, agentStatsRequest); err != nil {
+		return overlay.Stats{}, fmt.Errorf("rootless agent: %w", err)
+	}
+	line, err := a.out.ReadString('\n')
+	if err != nil {
+		return overlay.Stats{}, fmt.Errorf("rootless agent ended: %v: %s", err, oneLine(a.errb.String()))
+	}
+	var r agentStats
+	switch err := json.Unmarshal([]byte(line), &r); {
+	case err != nil:
+		return overlay.Stats{}, fmt.Errorf("rootless agent: %q: %w", line, err)
+	case r.Err != "":
+		return overlay.Stats{}, errors.New(r.Err)
+	case r.Stats == nil:
+		return overlay.Stats{}, fmt.Errorf("rootless agent: %q: no counters", line)
+	}
+	return *r.Stats, nil
+}
+
+// stats reads the counters of a goverlay instance's daemon: here, or
+// through its agent.
+func (inst *instance) stats() (overlay.Stats, error) {
+	if inst.agent != nil {
+		return inst.agent.stats()
+	}
+	return readStats(inst.root)
+}
+
 // run runs workload w on the instance: here, or in its agent.
 func (inst *instance) run(ctx context.Context, w *workloadDef, b *bencher) (sample, error) {
 	if inst.agent != nil {
@@ -500,8 +543,8 @@ func (a *agent) stop(pidfile string) error {
 // Agent is `goverlay bench --rootless-agent SPEC`, run by the bench as the
 // rootless user in its namespace: it mounts the target SPEC describes,
 // says "ready" (with the FUSE connection's number), then runs each
-// workload named on stdin and answers with a JSON line; at EOF it
-// unmounts.
+// workload named on stdin, or reads the daemon's counters
+// (agentStatsRequest), and answers with a JSON line; at EOF it unmounts.
 func Agent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) != 1 {
 		fmt.Fprintf(stderr, "usage: goverlay bench %s SPEC (run by goverlay bench itself)\n", AgentFlag)
@@ -590,6 +633,18 @@ func Agent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stdout, ready)
 	enc := json.NewEncoder(stdout)
 	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == agentStatsRequest {
+			var r agentStats
+			if st, err := readStats(spec.Mnt); err != nil {
+				r.Err = err.Error()
+			} else {
+				r.Stats = &st
+			}
+			if err := enc.Encode(r); err != nil {
+				return 1
+			}
+			continue
+		}
 		var r agentResult
 		if w := findWorkload(strings.TrimSpace(sc.Text())); w == nil {
 			r.Err = "unknown workload " + sc.Text()

@@ -354,9 +354,10 @@ func waitGone(pid int, limit time.Duration) {
 	}
 }
 
-// readStats asks a goverlay daemon for its counters.
+// readStats asks a goverlay daemon for its counters: one of the bench's
+// own mounts, owned by the user this process runs as.
 func readStats(mnt string) (overlay.Stats, error) {
-	return overlay.ReadStats(mnt)
+	return overlay.ReadStats(mnt, os.Geteuid())
 }
 
 // mountinfo returns the mountpoints in /proc/self/mountinfo, in order.
