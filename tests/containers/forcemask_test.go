@@ -100,7 +100,7 @@ D /data/delete.txt
 // a run of the committed image, a binary needing its file capability. The
 // container must see the image's owners and modes and its own changes;
 // the store must hold the forced mode and the override xattr. goverlay is
-// checked; fuse-overlayfs's differences are logged (README.md).
+// checked; fuse-overlayfs's differences are logged (goverlay(1), CONTAINERS).
 func TestPodmanForceMask(t *testing.T) {
 	rootfs := podmanSetup(t, nil)
 	l := testutil.NewLayer(t, rootfs).
@@ -246,7 +246,7 @@ func forceMaskFlow(t *testing.T, p *podman, rootfs string) []step {
 		ctr("--rm", "--user", "1000", "localhost/bb-fm", "sh", "-c",
 			"cd /data/home && cat mine.txt own.txt && echo mine >> mine.txt && tail -n1 mine.txt")...)
 	// What containers/storage 1.43 makes of the root and /tmp
-	// (README.md): recorded only.
+	// (goverlay(1), CONTAINERS): recorded only.
 	r := p.run(ctr("--rm", "localhost/bb", "stat", "-c", "%n %A %u:%g", "/", "/tmp")...)
 	t.Logf("%s: / and /tmp with force_mask=shared: %s", prog.name, strings.TrimSpace(r.Stdout))
 	p.must("rm", "fm")

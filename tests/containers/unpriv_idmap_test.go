@@ -352,7 +352,7 @@ umount mnt
 // TestUnprivIDMap: uidmapping=/gidmapping= through a real mount made by
 // the unprivileged user in a user namespace with a full subordinate-id map,
 // goverlay against fuse-overlayfs 1.10 (same merged view, same owners on
-// disk). The mapping direction is fuse-overlayfs's (see README.md): on-disk
+// disk). The mapping direction is fuse-overlayfs's (see goverlay(1)): on-disk
 // (namespace) id N in [0,2000) shows as 10000+N, anything else as the
 // overflow id; new files and chown map back; an id the mount does not map
 // is stored as the overflow id; one the namespace does not map fails with

@@ -191,8 +191,8 @@ func ownXattr(name string) bool {
 // regular files it copied up and left as they were, which gl, goverlay's,
 // does not hold: an open for writing that writes nothing copies a file up
 // on the kernel overlay (ovl_open()), while goverlay, whose files open
-// without a request, copies it up at its first change (README.md, "Where
-// goverlay differs"). Such a copy is the lower file again: same type,
+// without a request, copies it up at its first change (goverlay(1),
+// DIFFERENCES FROM THE KERNEL OVERLAY). Such a copy is the lower file again: same type,
 // mode, owners, content and xattrs; the mount shows the same either way,
 // which the merged views compare.
 func dropUnchangedCopies(kl, gl, lower testutil.Tree) {

@@ -3,8 +3,8 @@
 // as the kernel's overlayfs on ext4 does, through real mounts of both over
 // identical layers, for writers with and without CAP_FSETID.
 //
-// The kernel side is described in README.md ("NOSEC and privilege
-// removal") and docs/ARCHITECTURE.md: with -o nosec=on goverlay negotiates
+// The kernel side is described in goverlay(1) (NOSEC) and
+// docs/ARCHITECTURE.md: with -o nosec=on goverlay negotiates
 // FUSE_HANDLE_KILLPRIV_V2 and clears privileges itself on the kernel's
 // kill flags; with -o nosec=off the kernel clears them through SETATTR and
 // REMOVEXATTR. Each runs with passthrough, with every write a request and

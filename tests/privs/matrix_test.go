@@ -66,8 +66,8 @@ type cell struct {
 func (c cell) name() string { return "w-" + c.w.name + "__op-" + c.op + "__f-" + c.k.name }
 
 // fuseCannotKnow reports whether the cell is the one FUSE cannot match
-// (README.md, "Where goverlay differs"): setgid without group execute,
-// changed by a writer without CAP_FSETID who is not in the file's group. ext4 (and so the
+// (goverlay(1), DIFFERENCES FROM THE KERNEL OVERLAY): setgid without group
+// execute, changed by a writer without CAP_FSETID who is not in the file's group. ext4 (and so the
 // kernel overlay) drops setgid there because of the writer's groups;
 // FUSE sends only uid, gid and pid, and the KILLPRIV_V2 contract (and
 // FUSE's own non-killpriv SETATTR path) keeps setgid without g+x.
@@ -244,8 +244,9 @@ func runMatrixIn(t *testing.T, goOpts string, ws []writer, cs []cell, p matrixEn
 			}
 			// An open for writing that writes nothing copies up
 			// on the kernel overlay (ovl_open()), not where files
-			// open without a request (README.md, "Where goverlay
-			// differs"): the file is left in its lower layer.
+			// open without a request (goverlay(1), DIFFERENCES FROM
+			// THE KERNEL OVERLAY): the file is left in its lower
+			// layer.
 			openOnly := c.op == "openrw" && noOpen(goOpts)
 			if ku.exists != gu.exists && !openOnly {
 				bad = append(bad, fmt.Sprintf("copied up: kernel overlay %v, goverlay %v", ku.exists, gu.exists))
