@@ -26,7 +26,8 @@ import (
 //     file's atime in the read itself, as touch_atime() decides. So does
 //     the kernel's own read of a passthrough file, on the same clone.
 //   - A READDIR that reads the listing (dirHandle.load) reads the upper
-//     directory so (lower.Chain.ReadDirAccess).
+//     directory so (lower.Chain.ReadDirAccess). With strictatime the
+//     kernel caches no listing (diropen.go), so that every listing does.
 //   - An open for reading, with noopen=0 (Open): a file the kernel has
 //     cached is read without a READ (FOPEN_KEEP_CACHE), so the open is the
 //     one sign of those reads goverlay gets (touchOpened).
@@ -34,8 +35,8 @@ import (
 // Every read of a lower layer, and the mount's own reads of the upper one
 // (a copy-up's, an emptiness check's), are opened O_NOATIME. What cannot
 // match the kernel overlay is in the man page (ACCESS TIMES): reads the
-// kernel serves from its page cache with noopen=1, and listings from its
-// cache, never reach the daemon.
+// kernel serves from its page cache with noopen=1 never reach the daemon,
+// nor listings it serves from its cache (it keeps none with strictatime).
 
 // atimeOf is the access-time policy of the mount flags opts
 // (Options.KernelOptions): strictatime wins over noatime, as in the

@@ -308,7 +308,8 @@ func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 	root := f.newRoot()
 	f.root = root
 	opts := f.fsOptions()
-	f.raw = &rawFS{RawFileSystem: fs.NewNodeFS(root, opts), stats: &f.stats, noOpen: f.io.noOpen}
+	f.raw = &rawFS{RawFileSystem: fs.NewNodeFS(root, opts), stats: &f.stats, noOpen: f.io.noOpen,
+		listEvery: f.atime.Mode == lower.Strictatime && !f.atime.NoDirs}
 	switch {
 	case f.opts.NoUring:
 		f.transport = "/dev/fuse (uring=0)"

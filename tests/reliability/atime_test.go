@@ -26,18 +26,19 @@ const (
 	stepWriteRead = "read upper file after write" // written and synced, pages dropped: relatime updates it
 	stepReread    = "reread upper file"           // atime set ahead, pages dropped: strictatime only
 	stepReopen    = "reopen upper file"           // the same with the pages cached: seen by goverlay with noopen=0 only
+	stepRelist    = "relist upper dir"            // atime set ahead, listing cached but with strictatime: strictatime only
 	stepReadRW    = "read upper file read-write"  // atime set back, through a read-write fd (passthrough), pages dropped
 )
 
 // atimeOrder lists the steps in the order they are made.
-var atimeOrder = []string{stepReadUpper, stepRereadNow, stepReadLower, stepListUpper, stepListLower, stepWriteRead, stepReread, stepReopen, stepReadRW}
+var atimeOrder = []string{stepReadUpper, stepRereadNow, stepReadLower, stepListUpper, stepListLower, stepWriteRead, stepReread, stepReopen, stepRelist, stepReadRW}
 
 // atimeWant is what each policy does at each step, as the kernel overlay
 // does it (ovl_update_time(): upper files only). strictatime makes no
 // stepRereadNow: whether it updates depends on the clock having moved.
 var atimeWant = map[string]map[string]bool{
 	"relatime":    {stepReadUpper: true, stepListUpper: true, stepWriteRead: true, stepReadRW: true},
-	"strictatime": {stepReadUpper: true, stepListUpper: true, stepReread: true, stepReopen: true, stepWriteRead: true, stepReadRW: true},
+	"strictatime": {stepReadUpper: true, stepListUpper: true, stepReread: true, stepReopen: true, stepRelist: true, stepWriteRead: true, stepReadRW: true},
 	"noatime":     {},
 	"nodiratime":  {stepReadUpper: true, stepWriteRead: true, stepReadRW: true},
 }
@@ -157,6 +158,7 @@ func atimeRun(t *testing.T, mnt string, s stack, policy string, opens bool) map[
 	if opens {
 		step(stepReopen, s.upper, "uf", setTo(ahead), read(unix.O_RDONLY, false))
 	}
+	step(stepRelist, s.upper, "ud", setTo(ahead), listDir(t))
 	step(stepReadRW, s.upper, "uf", setTo(testutil.FixedTime.Add(-time.Hour)), read(unix.O_RDWR, true))
 	return out
 }
