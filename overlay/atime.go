@@ -70,7 +70,7 @@ const relatimeSpan = 24 * time.Hour
 // touchOpened updates the atime of n's upper file, just opened for
 // reading as fd by an OPEN, as the mount's policy says: with relatime
 // only when relatime_need_update() would, which n remembers it would not
-// until the file changes (atimeFresh). It reads one byte through fd, which
+// until the file changes (atimeCheck). It reads one byte through fd, which
 // updates atime in the upper filesystem's read (file_accessed()) and
 // changes nothing else (utimensat(2) would set ctime too), and has the
 // kernel drop the file's attributes, so that stat shows the new atime.
@@ -80,7 +80,7 @@ func (n *node) touchOpened(fd int) {
 	case lower.Noatime:
 		return
 	case lower.Relatime:
-		if n.atimeFresh() {
+		if n.atimeCheck() {
 			return
 		}
 		var st unix.Stat_t
@@ -103,24 +103,34 @@ func (n *node) touchOpened(fd int) {
 	n.NotifyContent(-1, 0)
 }
 
-// atimeFresh reports whether n's upper file is known to need no atime
+// atimeChecking is rareFields.atimeFresh while an open checks the atime:
+// a change meanwhile (atimeStale) makes it 0, and the check's result is
+// then not recorded (setAtimeFresh).
+const atimeChecking = -1
+
+// atimeCheck reports whether n's upper file is known to need no atime
 // update under relatime: an open updated or checked it less than a day
 // ago, and nothing changed the file since (atimeStale), nor can without
-// the daemon seeing it (a passthrough writer).
-func (n *node) atimeFresh() bool {
+// the daemon seeing it (a passthrough writer). If not, the caller checks
+// it, and records the result with setAtimeFresh.
+func (n *node) atimeCheck() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	r := n.rareLocked()
-	return r != nil && r.openPassthrough == 0 && time.Now().UnixNano() < r.atimeFresh.Load()
+	r := n.rareMadeLocked()
+	if r.openPassthrough == 0 && time.Now().UnixNano() < r.atimeFresh.Load() {
+		return true
+	}
+	r.atimeFresh.Store(atimeChecking)
+	return false
 }
 
 // setAtimeFresh records that n's upper file needs no atime update under
-// relatime until until (Unix nanoseconds).
+// relatime until until (Unix nanoseconds), unless it changed since
+// atimeCheck.
 func (n *node) setAtimeFresh(until int64) {
-	n.mu.Lock()
-	r := n.rareMadeLocked()
-	n.mu.Unlock()
-	r.atimeFresh.Store(until)
+	if r := n.rare.Load(); r != nil {
+		r.atimeFresh.CompareAndSwap(atimeChecking, until)
+	}
 }
 
 // atimeStale forgets that n's atime is fresh: the upper file's mtime or

@@ -121,7 +121,8 @@ type rareFields struct {
 	key devIno
 	// atimeFresh is until when, in Unix nanoseconds, the upper file's
 	// atime needs no update under relatime (atime.go); 0 once the file
-	// changed. Atomic, not guarded by node.mu.
+	// changed, atimeChecking while an open checks it. Atomic, not
+	// guarded by node.mu.
 	atimeFresh atomic.Int64
 }
 
