@@ -45,6 +45,8 @@ type Layer struct {
 	root *Dir
 	// cloned: opened through a private clone of its mount (mounts.go).
 	cloned bool
+	// atime is when reads of the layer update access times (atime.go).
+	atime Atime
 }
 
 // Counters counts, for one layer, how lookups got their answers.
@@ -63,13 +65,18 @@ type Counters struct {
 // anchor of every later access to the layer.
 //
 // An upper layer is opened in place: a clone of its own would not share
-// a mount with its workdir (OpenUpper opens both).
+// a mount with its workdir (OpenUpper opens both). A lower layer's reads
+// never change access times (atime.go).
 func OpenLayer(path string, index int, upper bool) (*Layer, error) {
 	fd, cloned, err := openRoot(path, !upper)
 	if err != nil {
 		return nil, fmt.Errorf("open layer %q: %w", path, err)
 	}
-	return newLayer(path, index, upper, fd, cloned)
+	l, err := newLayer(path, index, upper, fd, cloned)
+	if err == nil && !upper {
+		l.atime = Atime{Mode: Noatime}
+	}
+	return l, err
 }
 
 // newLayer makes the layer whose root is fd, which it owns.
@@ -405,17 +412,19 @@ func (d *Dir) OpenDir(name string) (*Dir, error) {
 }
 
 // Open opens the non-directory name in d with flags, never following a
-// symlink. The fd is the caller's.
+// symlink. The fd is the caller's. Where the layer's reads must not change
+// access times, it is opened O_NOATIME if the daemon may (atime.go).
 func (d *Dir) Open(name string, flags int) (int, error) {
 	return d.OpenMode(name, flags, 0)
 }
 
 // OpenMode is Open with the mode of a file that O_CREAT makes.
 func (d *Dir) OpenMode(name string, flags int, mode uint32) (int, error) {
+	flags |= d.Layer.noatimeFlag(flags&unix.O_DIRECTORY != 0)
 	var fd int
 	err := d.Do(func(dfd int) error {
 		var err error
-		fd, err = unix.Openat(dfd, name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+		fd, err = openatNoatime(dfd, name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 		return err
 	})
 	return fd, err

@@ -56,9 +56,10 @@ func (l *listing) hides(name string) bool {
 func (l *listing) size() int { return len(l.ents) + len(l.hidden) }
 
 // readListing reads and classifies d. xw says whether the directory may hold
-// xattr whiteouts (it is marked overlay.opaque="x").
-func readListing(d *Dir, xw bool) (*listing, error) {
-	raw, err := d.ReadDirRaw()
+// xattr whiteouts (it is marked overlay.opaque="x"); accessed, whether the
+// read is a listing through the mount (readDirRaw).
+func readListing(d *Dir, xw, accessed bool) (*listing, error) {
+	raw, err := d.readDirRaw(accessed)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +119,7 @@ func (m Member) listing() *listing {
 	if l := d.ls.Load(); l != nil {
 		return l
 	}
-	l, err := readListing(d, m.XWhiteouts)
+	l, err := readListing(d, m.XWhiteouts, false)
 	if err != nil {
 		// Searchable but not readable (rootless, mode 0311), say: ask
 		// the layer name by name, without trying again each time.

@@ -26,6 +26,10 @@ import (
 // needs CAP_SYS_ADMIN over the mount namespace; a mount with locked mounts
 // under it cannot be cloned without them), a layer is opened in place and
 // no walk enters a mount inside it: openDirAt refuses with EXDEV.
+//
+// A clone's atime flags are the layer's access-time policy, as the kernel
+// overlay sets its own clones' (atime.go): noatime for a lower layer, the
+// mount's for the upper one.
 
 // Cloned reports whether the layer was opened through a private clone of
 // its mount (see above).
@@ -35,7 +39,7 @@ func (l *Layer) Cloned() bool { return l.cloned }
 // mount where it can and clone says so, in place otherwise.
 func openRoot(path string, clone bool) (fd int, cloned bool, err error) {
 	if clone {
-		if fd, err := openCloned(path, []string{"."}); err == nil {
+		if fd, err := openCloned(path, []string{"."}, Atime{Mode: Noatime}); err == nil {
 			return fd[0], true, nil
 		}
 	}
@@ -44,10 +48,10 @@ func openRoot(path string, clone bool) (fd int, cloned bool, err error) {
 }
 
 // openCloned opens the directories rels, relative to dir, in one
-// detached non-recursive clone of dir's mount, and checks that each is
-// the directory dir/rel is in the mount namespace (a mount inside dir on
-// the way would make it another one).
-func openCloned(dir string, rels []string) ([]int, error) {
+// detached non-recursive clone of dir's mount with the atime flags of
+// atime, and checks that each is the directory dir/rel is in the mount
+// namespace (a mount inside dir on the way would make it another one).
+func openCloned(dir string, rels []string, atime Atime) ([]int, error) {
 	tfd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
 		return nil, err
@@ -58,6 +62,10 @@ func openCloned(dir string, rels []string) ([]int, error) {
 	if err := unix.MountSetattr(tfd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Propagation: unix.MS_PRIVATE}); err != nil {
 		return nil, err
 	}
+	// Best effort: a mount whose atime flags are locked (one a less
+	// privileged user namespace got from its parent) keeps them, and
+	// O_NOATIME still keeps what must not change unchanged.
+	unix.MountSetattr(tfd, "", unix.AT_EMPTY_PATH, atime.mountAttr())
 	var fds []int
 	fail := func(err error) ([]int, error) {
 		for _, fd := range fds {
@@ -90,20 +98,22 @@ func openCloned(dir string, rels []string) ([]int, error) {
 
 // OpenUpper opens the upper layer at upper (index 0 of the stack) and its
 // workdir at work, both through one clone of the mount that holds them
-// where it can (see above). The workdir's fd is the caller's.
-func OpenUpper(upper, work string) (*Layer, int, error) {
+// where it can (see above), with access-time policy atime. The workdir's
+// fd is the caller's.
+func OpenUpper(upper, work string, atime Atime) (*Layer, int, error) {
 	ru, err1 := filepath.EvalSymlinks(upper)
 	rw, err2 := filepath.EvalSymlinks(work)
 	if err := errors.Join(err1, err2); err == nil {
 		common := commonDir(ru, rw)
 		relU, _ := filepath.Rel(common, ru)
 		relW, _ := filepath.Rel(common, rw)
-		if fds, err := openCloned(common, []string{relU, relW}); err == nil {
+		if fds, err := openCloned(common, []string{relU, relW}, atime); err == nil {
 			l, err := newLayer(upper, 0, true, fds[0], true)
 			if err != nil {
 				unix.Close(fds[1])
 				return nil, -1, err
 			}
+			l.atime = atime
 			return l, fds[1], nil
 		}
 	}
@@ -111,6 +121,7 @@ func OpenUpper(upper, work string) (*Layer, int, error) {
 	if err != nil {
 		return nil, -1, err
 	}
+	l.atime = atime
 	wfd, err := unix.Open(work, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		l.Close()

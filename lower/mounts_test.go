@@ -73,7 +73,7 @@ func TestLayerMounts(t *testing.T) {
 		t.Errorf("sub of a layer opened in place, a mount point: %v, want EXDEV", err)
 	}
 
-	u, wfd, err := OpenUpper(filepath.Join(base, "u"), filepath.Join(base, "w"))
+	u, wfd, err := OpenUpper(filepath.Join(base, "u"), filepath.Join(base, "w"), Atime{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,5 +99,147 @@ func TestLayerMounts(t *testing.T) {
 	sub.Close()
 	if err != nil || len(ents) != 0 {
 		t.Errorf("sub of the upper layer lists %v (%v), want its own, empty", ents, err)
+	}
+}
+
+// TestCloneAtime: a lower layer's clone is noatime, the upper layer's
+// carries the policy it is opened with (atime.go), as statfs(2) shows
+// them; the host's mount keeps its own.
+func TestCloneAtime(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("cloning a mount needs root")
+	}
+	base := t.TempDir()
+	for _, d := range []string{"l", "u", "w"} {
+		if err := os.Mkdir(filepath.Join(base, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flags := func(l *Layer) int64 {
+		var fs unix.Statfs_t
+		if err := l.Root().Do(func(fd int) error { return unix.Fstatfs(fd, &fs) }); err != nil {
+			t.Fatal(err)
+		}
+		return fs.Flags & (unix.ST_NOATIME | unix.ST_NODIRATIME | unix.ST_RELATIME)
+	}
+	l, err := OpenLayer(filepath.Join(base, "l"), 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got := flags(l); got != unix.ST_NOATIME {
+		t.Errorf("lower clone: statfs flags %#x, want ST_NOATIME", got)
+	}
+	for _, c := range []struct {
+		a    Atime
+		want int64
+	}{
+		{Atime{}, unix.ST_RELATIME},
+		{Atime{Mode: Strictatime}, 0},
+		{Atime{Mode: Noatime}, unix.ST_NOATIME},
+		{Atime{Mode: Strictatime, NoDirs: true}, unix.ST_NODIRATIME},
+	} {
+		u, wfd, err := OpenUpper(filepath.Join(base, "u"), filepath.Join(base, "w"), c.a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := flags(u); got != c.want {
+			t.Errorf("upper clone with %+v: statfs flags %#x, want %#x", c.a, got, c.want)
+		}
+		unix.Close(wfd)
+		u.Close()
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(base, &fs); err != nil {
+		t.Fatal(err)
+	}
+	if fs.Flags&unix.ST_NOATIME != 0 {
+		t.Errorf("the host's mount of %s became noatime", base)
+	}
+}
+
+// TestOpenNoatime: reads of a lower layer opened in place, files and
+// listings, leave access times alone (O_NOATIME); a listing of the upper
+// layer read through the mount (ReadDirAccess) updates its directory's
+// as the host's mount says (relatime or strictatime: the atime is old).
+func TestOpenNoatime(t *testing.T) {
+	base := t.TempDir()
+	for _, d := range []string{"l/d", "u/d"} {
+		if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(base, "l/f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := []unix.Timespec{unix.NsecToTimespec(1e9), unix.NsecToTimespec(1e9)}
+	atime := func(rel string) int64 {
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(base, rel), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Atim.Nano()
+	}
+	for _, rel := range []string{"l/f", "l/d", "u/d"} {
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, filepath.Join(base, rel), old, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := OpenLayer(filepath.Join(base, "l"), 1, true) // in place
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	l.atime = Atime{Mode: Noatime}
+	fd, err := l.Root().Open("f", unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = unix.Read(fd, make([]byte, 1))
+	unix.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := l.Root().OpenDir("d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Chain{{Dir: d}}.ReadDirAccess()
+	d.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := atime("l/f"); a != 1e9 {
+		t.Errorf("a read of a lower file changed its atime to %d", a)
+	}
+	if a := atime("l/d"); a != 1e9 {
+		t.Errorf("a listing of a lower directory changed its atime to %d", a)
+	}
+
+	var fs unix.Statfs_t
+	if err := unix.Statfs(base, &fs); err != nil || fs.Flags&(unix.ST_NOATIME|unix.ST_NODIRATIME) != 0 {
+		return // the host's mount updates no directory's atime
+	}
+	u, err := OpenLayer(filepath.Join(base, "u"), 0, true) // the host's policy
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	d, err = u.Root().OpenDir("d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := (Chain{{Dir: d}}).ReadDir(); err != nil {
+		t.Fatal(err)
+	}
+	if a := atime("u/d"); a != 1e9 {
+		t.Errorf("the mount's own read of an upper directory changed its atime to %d", a)
+	}
+	if _, err := (Chain{{Dir: d}}).ReadDirAccess(); err != nil {
+		t.Fatal(err)
+	}
+	if a := atime("u/d"); a == 1e9 {
+		t.Errorf("a listing of an upper directory through the mount left its atime")
 	}
 }

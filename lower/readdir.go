@@ -28,7 +28,18 @@ type DirEntry struct {
 // in sorted order, with no map: for each name, the topmost layer that holds
 // it gives it, unless that is a whiteout or a layer above hides it with a
 // ".wh.NAME" entry (which hides NAME in the layers below, not beside it).
-func (c Chain) ReadDir() ([]DirEntry, error) {
+//
+// It changes no access time: it is the mount's own read (an emptiness
+// check). A listing read through the mount is ReadDirAccess.
+func (c Chain) ReadDir() ([]DirEntry, error) { return c.readDir(false) }
+
+// ReadDirAccess is ReadDir for a listing read through the mount: the read
+// of the upper instance updates its atime as the layer's policy says
+// (atime.go), as the kernel overlay's readdir updates the overlay
+// directory's (iterate_dir(), ovl_update_time()).
+func (c Chain) ReadDirAccess() ([]DirEntry, error) { return c.readDir(true) }
+
+func (c Chain) readDir(accessed bool) ([]DirEntry, error) {
 	lists := make([]*listing, len(c))
 	total := 0
 	for i, m := range c {
@@ -37,7 +48,7 @@ func (c Chain) ReadDir() ([]DirEntry, error) {
 			// The upper layer, or a directory we could not cache:
 			// read it now.
 			var err error
-			if ls, err = readListing(m.Dir, m.XWhiteouts); err != nil {
+			if ls, err = readListing(m.Dir, m.XWhiteouts, accessed); err != nil {
 				return nil, err
 			}
 		}
@@ -90,12 +101,21 @@ var direntBufs = sync.Pool{New: func() any {
 }}
 
 // ReadDirRaw reads the entries of the directory d as they are on disk,
-// whiteouts included, "." and ".." left out.
-func (d *Dir) ReadDirRaw() ([]DirEntry, error) {
+// whiteouts included, "." and ".." left out. It changes no access time.
+func (d *Dir) ReadDirRaw() ([]DirEntry, error) { return d.readDirRaw(false) }
+
+// readDirRaw is ReadDirRaw; accessed makes the read a listing through the
+// mount, which updates d's atime as the layer's policy says (atime.go).
+func (d *Dir) readDirRaw(accessed bool) ([]DirEntry, error) {
+	flags := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC
+	if !accessed {
+		flags |= unix.O_NOATIME
+	}
+	flags |= d.Layer.noatimeFlag(true)
 	var fd int
 	err := d.Do(func(dfd int) error {
 		var err error
-		fd, err = unix.Openat(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		fd, err = openatNoatime(dfd, ".", flags, 0)
 		return err
 	})
 	if err != nil {

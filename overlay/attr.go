@@ -40,6 +40,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		// After the change, whether or not all of it was made.
 		defer n.forgetDirFacts()
 	}
+	n.atimeStale()
 	var st unix.Stat_t
 	idle, statted := n.idleFlush(in, &st)
 	if !idle {

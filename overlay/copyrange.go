@@ -54,6 +54,7 @@ func (n *node) CopyFileRange(ctx context.Context, fin fs.FileHandle, offIn uint6
 		return 0, errno(err)
 	}
 	defer wdone()
+	out.atimeStale()
 	rfd := wfd
 	if n != out {
 		fd, rdone, err := n.rangeFD(ctx, fin, false)

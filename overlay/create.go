@@ -189,7 +189,7 @@ var _ = (fs.NodeCreater)((*node)(nil))
 
 // Create makes and opens a regular file.
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	o := upper.Object{Mode: mode&07777 | unix.S_IFREG, Flags: backingFlags(flags)}
+	o := upper.Object{Mode: mode&07777 | unix.S_IFREG, Flags: n.ofs.createFlags(flags)}
 	child, fd, errno := n.create(ctx, name, o, out)
 	if errno != 0 {
 		return nil, nil, 0, errno

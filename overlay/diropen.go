@@ -38,6 +38,12 @@ import (
 //
 // The kernel checks permissions itself (default_permissions), so the
 // open needs nothing from the daemon.
+//
+// Except with strictatime (atime.go): a listing the kernel serves from
+// its cache would update no atime, so each OPENDIR is answered, without
+// FOPEN_CACHE_DIR, and every listing reaches the daemon, which reads the
+// upper directory for it. The mount pays an OPENDIR, a RELEASEDIR and
+// the READDIRs of every listing for that.
 
 // maxDirStreams bounds the open dirStreams of a mount.
 const maxDirStreams = 64
@@ -64,7 +70,12 @@ type dirStreams struct {
 // OpenDir: see "Directories open without a request" above.
 func (r *rawFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	r.dirs.opendirs.Add(1)
-	return fuse.ENOSYS
+	if !r.listEvery {
+		return fuse.ENOSYS
+	}
+	st := r.RawFileSystem.OpenDir(cancel, in, out)
+	out.OpenFlags &^= fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
+	return st
 }
 
 func (r *rawFS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {

@@ -2,7 +2,6 @@ package overlay
 
 import (
 	"context"
-	"errors"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -38,6 +37,15 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if write && flags&syscall.O_TRUNC != 0 {
 		bflags |= unix.O_TRUNC
 	}
+	if int(flags)&unix.O_ACCMODE == unix.O_WRONLY {
+		// Reads through a writer's handle are the kernel's own (the
+		// writeback cache reading a page it fills only in part),
+		// not the caller's (atime.go).
+		bflags |= unix.O_NOATIME
+	}
+	if write {
+		n.atimeStale()
+	}
 	open := par.Open
 	data := n.metacopyData()
 	if data != nil {
@@ -46,11 +54,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		open = func(_ string, flags int) (int, error) { return data.Open(flags) }
 	}
 	upperFD := par.Layer.Upper && data == nil
+	// O_NOATIME is dropped where the daemon may not use it
+	// (lower.Dir.Open).
 	fd, err := open(name, bflags)
-	if errors.Is(err, unix.EPERM) && bflags&unix.O_NOATIME != 0 {
-		// O_NOATIME is for the file's owner; the daemon may not be.
-		fd, err = open(name, bflags&^unix.O_NOATIME)
-	}
 	if err == nil && write && n.ofs.raw.killRequested(ctx) {
 		// O_TRUNC by a caller without CAP_FSETID.
 		if err = n.killPrivs(); err != nil {
@@ -70,6 +76,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 			unix.Close(h.fd)
 			h.fd = rw
 		}
+	}
+	if upperFD && !write && bflags&(unix.O_NOATIME|unix.O_DIRECT) == 0 {
+		// An open for reading only (a direct reader's reads all
+		// reach the daemon).
+		n.touchOpened(h.fd)
 	}
 	return h, handleOpenFlags, 0
 }

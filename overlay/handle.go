@@ -110,6 +110,7 @@ func (h *handle) writeFD(ctx context.Context) (int, error) {
 	if err != nil {
 		return -1, err
 	}
+	h.n.atimeStale()
 	return fd, h.n.killIfAsked(ctx)
 }
 
@@ -291,6 +292,7 @@ func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uin
 	if err != nil {
 		return errno(err)
 	}
+	h.n.atimeStale()
 	// The kernel updates its own mtime, or none (FALLOC_FL_KEEP_SIZE).
 	return errno(h.n.keepMtime(fd, func() error { return unix.Fallocate(fd, mode, int64(off), int64(size)) }))
 }

@@ -259,6 +259,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		} else if err = n.ofs.upper.Link(tp.Dir, tname, pd, name, over); err == nil && !parted {
 			t.addLink(lower.Member{Dir: pd}, name)
 		}
+		t.atimeStale() // the link count, and so ctime, changed
 		t.locMu.RUnlock()
 	}
 	if err != nil {

@@ -80,7 +80,9 @@ type Options struct {
 	// check modes and ACLs the way it does on a local filesystem.
 	AllowOther bool
 	// KernelOptions are mount flags passed through to the kernel as they
-	// are: nosuid, nodev, noexec, noatime, ...
+	// are: nosuid, nodev, noexec, noatime, ... Those of the atime family
+	// (noatime, strictatime, nodiratime; relatime is the default) are
+	// the daemon's to apply too (atime.go).
 	KernelOptions []string
 
 	// Debug logs every FUSE request.
@@ -127,6 +129,9 @@ type FS struct {
 	// drops a file's attributes itself after it sets or removes an ACL
 	// (fuse_set_acl()).
 	kernelACLs atomic.Bool
+	// atime is when reads update the upper layer's access times
+	// (atime.go).
+	atime lower.Atime
 
 	// overrides is set when a layer keeps owners in an xattr (xperm.go).
 	overrides bool
@@ -177,7 +182,7 @@ func New(o Options) (*FS, error) {
 	if (o.Upper == "") != (o.Work == "") {
 		return nil, fmt.Errorf("upperdir and workdir go together")
 	}
-	f := &FS{opts: o, log: o.Logger, caches: lower.NewCaches()}
+	f := &FS{opts: o, log: o.Logger, caches: lower.NewCaches(), atime: atimeOf(o.KernelOptions)}
 	if f.log == nil {
 		f.log = log.New(os.Stderr, "goverlay: ", 0)
 	}
@@ -185,7 +190,7 @@ func New(o Options) (*FS, error) {
 	if o.Upper != "" {
 		// The upper layer and its workdir, through one clone of their
 		// mount (lower/mounts.go).
-		l, fd, err := lower.OpenUpper(o.Upper, o.Work)
+		l, fd, err := lower.OpenUpper(o.Upper, o.Work, f.atime)
 		if err != nil {
 			return nil, err
 		}
@@ -306,7 +311,8 @@ func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 	root := f.newRoot()
 	f.root = root
 	opts := f.fsOptions()
-	f.raw = &rawFS{RawFileSystem: fs.NewNodeFS(root, opts), stats: &f.stats, noOpen: f.io.noOpen}
+	f.raw = &rawFS{RawFileSystem: fs.NewNodeFS(root, opts), stats: &f.stats, noOpen: f.io.noOpen,
+		listEvery: f.atime.Mode == lower.Strictatime && !f.atime.NoDirs}
 	switch {
 	case f.opts.NoUring:
 		f.transport = "/dev/fuse (uring=0)"
@@ -430,9 +436,13 @@ func (f *FS) fsOptions() *fs.Options {
 			if os.Geteuid() == 0 || k == "ro" {
 				continue
 			}
-			// fusermount3 takes some of them as text.
+			// fusermount3 takes some of them as text. The daemon
+			// applies strictatime and nodiratime itself (atime.go):
+			// only /proc/mounts goes without them.
 			if k != "noatime" {
-				f.log.Printf("option %s needs root; ignored", k)
+				if k != "strictatime" && k != "nodiratime" {
+					f.log.Printf("option %s needs root; ignored", k)
+				}
 				continue
 			}
 		}

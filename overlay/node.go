@@ -87,7 +87,7 @@ type node struct {
 }
 
 // rareFields are a node's fields that few nodes set. Those but timesMu
-// are guarded by node.mu.
+// and atimeFresh are guarded by node.mu.
 type rareFields struct {
 	// timesMu serialises setting a file's times with keepMtime
 	// (timesLock).
@@ -122,6 +122,11 @@ type rareFields struct {
 	// wb is the record of a regular file's write-back WRITEs, kept
 	// once one failed or left a gap (wberr.go); guarded by timesMu.
 	wb *wbState
+	// atimeFresh is until when, in Unix nanoseconds, the upper file's
+	// atime needs no update under relatime (atime.go); 0 once the file
+	// changed, atimeChecking while an open checks it. Atomic, not
+	// guarded by node.mu.
+	atimeFresh atomic.Int64
 }
 
 // rareLocked returns n's rare fields, nil when none was ever set.

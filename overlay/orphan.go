@@ -92,6 +92,7 @@ func (n *node) dropKept(keep string) {
 //
 // Preconditions: n.locMu is held for writing.
 func (n *node) nameRemoved(d *lower.Dir, name, keep string) {
+	n.atimeStale() // the link count, and so ctime, changed
 	if keep == "" {
 		if !n.keepLower() {
 			n.removeLink(d, name)

@@ -54,6 +54,8 @@ func (n *node) closed(passthrough bool) {
 	r := n.rareMadeLocked()
 	if passthrough {
 		r.openPassthrough--
+		// Its writes changed the file without the daemon.
+		r.atimeFresh.Store(0)
 	} else {
 		r.openCached--
 	}

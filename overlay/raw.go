@@ -30,6 +30,9 @@ type rawFS struct {
 	dirs dirStreams
 	// noOpen: regular files open without a request (noopen.go).
 	noOpen bool
+	// listEvery: directories open with a request, and the kernel
+	// caches no listing (strictatime; diropen.go).
+	listEvery bool
 	// uring registers its queues once INIT is answered (uring.go).
 	uring *uringServer
 	// inos holds, for each GETATTR in flight, the inode number it

@@ -319,6 +319,7 @@ func (n *node) landsOpaque(name string) (bool, error) {
 
 // moved records that n now lives in upper directory d under name.
 func (n *node) moved(from *lower.Dir, fromName string, d *lower.Dir, name string) {
+	n.atimeStale() // a rename sets ctime
 	if n.isDir() {
 		// An open fd follows the directory; a reopen must know.
 		n.top().Moved(d, name)

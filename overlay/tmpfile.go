@@ -29,7 +29,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	if err != nil {
 		return nil, nil, 0, errno(err)
 	}
-	o := upper.Object{Mode: mode&07777 | unix.S_IFREG, Flags: backingFlags(flags)}
+	o := upper.Object{Mode: mode&07777 | unix.S_IFREG, Flags: n.ofs.createFlags(flags)}
 	o.Uid, o.Gid, o.Mode = n.owner(ctx, o.Mode)
 	// Its ACL too: the kernel overlay gives an O_TMPFILE file what it
 	// gives a created one.

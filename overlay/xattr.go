@@ -167,6 +167,7 @@ func (n *node) blocksBefore(attr string) int64 {
 // xattrChanged updates what depends on attribute attr of n, which had
 // blocks (blocksBefore) before the change.
 func (n *node) xattrChanged(attr string, blocks int64) {
+	n.atimeStale()
 	if blocks >= 0 {
 		var st unix.Stat_t
 		if n.stat(&st) == nil && st.Blocks != blocks {

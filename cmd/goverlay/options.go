@@ -92,11 +92,15 @@ var optionTable = []optionInfo{
 	{"sync", "", optKernel, "synchronous I/O; wins over async"},
 	{"async", "", optKernel, "default; dropped"},
 	{"dirsync", "", optKernel, "synchronous directory changes"},
-	{"lazytime", "", optKernel, "update timestamps lazily"},
-	{"noatime", "", optKernel, "no access-time updates; the last of noatime/relatime/atime wins"},
-	{"relatime", "", optKernel, "the kernel's default; dropped"},
-	{"atime", "", optKernel, "default; dropped"},
-	{"nodiratime", "", optKernel, "no access-time updates on directories; the last of nodiratime/diratime wins"},
+	{"lazytime", "", optKernel, "update timestamps lazily; the last of lazytime/nolazytime wins"},
+	{"nolazytime", "", optKernel, "default; dropped"},
+	{"noatime", "", optKernel, "reads never change an access time, in any layer; the last of noatime, atime, relatime, norelatime, strictatime and nostrictatime wins (man page: ACCESS TIMES)"},
+	{"relatime", "", optKernel, "default: a read updates an upper file's access time when that is not after its mtime or ctime, or is a day old; dropped"},
+	{"norelatime", "", optKernel, "default (relatime; as on Linux, only strictatime turns it off); dropped"},
+	{"atime", "", optKernel, "default (relatime); dropped"},
+	{"strictatime", "", optKernel, "every read that reaches goverlay updates an upper file's access time"},
+	{"nostrictatime", "", optKernel, "default (relatime); dropped"},
+	{"nodiratime", "", optKernel, "listing a directory never changes its access time; the last of nodiratime/diratime wins"},
 	{"diratime", "", optKernel, "default; dropped"},
 
 	{"subtype", "NAME", optIgnored, "the type is always fuse.goverlay"},
@@ -142,7 +146,7 @@ var foreignOptions = map[string]bool{
 	// mount(8) and fstab(5)
 	"defaults": true, "auto": true, "noauto": true, "nofail": true, "_netdev": true,
 	"user": true, "nouser": true, "users": true, "owner": true, "group": true,
-	"mand": true, "nomand": true, "strictatime": true, "nostrictatime": true,
+	"mand": true, "nomand": true,
 	"iversion": true, "noiversion": true, "silent": true, "loud": true,
 	// SELinux, besides context
 	"fscontext": true, "defcontext": true, "rootcontext": true, "seclabel": true,
@@ -422,7 +426,10 @@ func (st *optState) finish() error {
 // that only restate a default are dropped. Of an opposite pair that limits
 // what the mount allows, the restrictive one wins whatever the order, so a
 // caller appending "suid" cannot undo another's "nosuid". The atime family
-// only tunes behaviour, so there the last one wins as in mount(8).
+// only tunes behaviour, so there the last one wins: of noatime, atime,
+// relatime, norelatime, strictatime and nostrictatime, of nodiratime and
+// diratime, of lazytime and nolazytime. The daemon applies the atime
+// flags itself (overlay/atime.go); the kernel gets them for /proc/mounts.
 // "suid" and "dev" are not defaults on FUSE (the kernel mount defaults to
 // nosuid,nodev, as libfuse and go-fuse do), so they are passed on.
 func (st *optState) resolveFlags() []string {
@@ -455,13 +462,15 @@ func (st *optState) resolveFlags() []string {
 	restrictive("nodev", "dev", true)
 	restrictive("noexec", "exec", false)
 	restrictive("sync", "async", false)
-	for _, f := range []string{"dirsync", "lazytime"} {
-		if has[f] {
-			out = append(out, f)
-		}
+	if has["dirsync"] {
+		out = append(out, "dirsync")
 	}
-	if last("noatime", "relatime", "atime") == "noatime" {
-		out = append(out, "noatime")
+	if last("lazytime", "nolazytime") == "lazytime" {
+		out = append(out, "lazytime")
+	}
+	switch f := last("noatime", "atime", "relatime", "norelatime", "strictatime", "nostrictatime"); f {
+	case "noatime", "strictatime":
+		out = append(out, f)
 	}
 	if last("nodiratime", "diratime") == "nodiratime" {
 		out = append(out, "nodiratime")

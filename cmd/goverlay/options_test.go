@@ -176,6 +176,40 @@ func diff(pairs ...any) string {
 	return ""
 }
 
+// TestAtimeOptions: the access-time options of mount(8) are accepted
+// without a warning; of each family the last one wins, and what is not
+// the default goes to the kernel (and so to the daemon's policy,
+// overlay/atime.go).
+func TestAtimeOptions(t *testing.T) {
+	for _, tc := range []struct {
+		opts string
+		want []string
+	}{
+		{"noatime", []string{"noatime"}},
+		{"atime", nil},
+		{"relatime", nil},
+		{"norelatime", nil},
+		{"strictatime", []string{"strictatime"}},
+		{"nostrictatime", nil},
+		{"lazytime", []string{"lazytime"}},
+		{"nolazytime", nil},
+		{"nodiratime", []string{"nodiratime"}},
+		{"diratime", nil},
+		{"noatime,strictatime", []string{"strictatime"}},
+		{"strictatime,noatime", []string{"noatime"}},
+		{"strictatime,relatime", nil},
+		{"noatime,nostrictatime", nil},
+		{"strictatime,nodiratime,lazytime,nolazytime", []string{"strictatime", "nodiratime"}},
+		{"lazytime,noatime,diratime", []string{"lazytime", "noatime"}},
+	} {
+		args := []string{"-o", "lowerdir=/a," + tc.opts, "/m"}
+		c := mustParse(t, args...)
+		if d := diff(c.Warnings, []string(nil), c.KernelOptions, tc.want); d != "" {
+			t.Errorf("parseArgs(%q): %s", args, d)
+		}
+	}
+}
+
 func TestParseArgsErrors(t *testing.T) {
 	withCwd(t, "/cwd")
 	tests := []struct {
