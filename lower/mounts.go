@@ -32,31 +32,51 @@ import (
 func (l *Layer) Cloned() bool { return l.cloned }
 
 // openRoot opens directory path as a layer root: through a clone of its
-// mount where it can and clone says so, in place otherwise.
-func openRoot(path string, clone bool) (fd int, cloned bool, err error) {
+// mount where it can and clone says so, in place otherwise. lacked is the
+// feature whose absence (or mask) left it in place, if any.
+func openRoot(path string, clone bool, masked Features) (fd int, cloned bool, lacked Features, err error) {
 	if clone {
-		if fd, err := openCloned(path, []string{"."}); err == nil {
-			return fd[0], true, nil
+		fds, err := openCloned(path, []string{"."}, masked)
+		if err == nil {
+			return fds[0], true, 0, nil
 		}
+		lacked = lackedOf(err)
 	}
 	fd1, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	return fd1, false, err
+	return fd1, false, lacked, err
+}
+
+// lackedOf is the feature a lacked error names, or 0.
+func lackedOf(err error) Features {
+	var l lacked
+	if errors.As(err, &l) {
+		return l.f
+	}
+	return 0
 }
 
 // openCloned opens the directories rels, relative to dir, in one
 // detached non-recursive clone of dir's mount, and checks that each is
 // the directory dir/rel is in the mount namespace (a mount inside dir on
-// the way would make it another one).
-func openCloned(dir string, rels []string) ([]int, error) {
+// the way would make it another one). It fails with a lacked error where
+// the kernel has no open_tree(2) or mount_setattr(2), or masked hides
+// them.
+func openCloned(dir string, rels []string, masked Features) ([]int, error) {
+	if masked.Has(OpenTree) {
+		return nil, lacked{OpenTree}
+	}
 	tfd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
-		return nil, err
+		return nil, absent(OpenTree, err)
 	}
 	defer unix.Close(tfd)
 	// Private, as clone_private_mount() makes it: a mount made later
 	// under the layer, in a peer of its mount, does not appear in it.
+	if masked.Has(MountSetattr) {
+		return nil, lacked{MountSetattr}
+	}
 	if err := unix.MountSetattr(tfd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Propagation: unix.MS_PRIVATE}); err != nil {
-		return nil, err
+		return nil, absent(MountSetattr, err)
 	}
 	var fds []int
 	fail := func(err error) ([]int, error) {
@@ -92,25 +112,35 @@ func openCloned(dir string, rels []string) ([]int, error) {
 // workdir at work, both through one clone of the mount that holds them
 // where it can (see above). The workdir's fd is the caller's.
 func OpenUpper(upper, work string) (*Layer, int, error) {
+	return OpenUpperMasked(upper, work, 0)
+}
+
+// OpenUpperMasked is OpenUpper taking the system calls of masked for
+// absent (features.go).
+func OpenUpperMasked(upper, work string, masked Features) (*Layer, int, error) {
 	ru, err1 := filepath.EvalSymlinks(upper)
 	rw, err2 := filepath.EvalSymlinks(work)
+	var lacked Features
 	if err := errors.Join(err1, err2); err == nil {
 		common := commonDir(ru, rw)
 		relU, _ := filepath.Rel(common, ru)
 		relW, _ := filepath.Rel(common, rw)
-		if fds, err := openCloned(common, []string{relU, relW}); err == nil {
-			l, err := newLayer(upper, 0, true, fds[0], true)
+		fds, err := openCloned(common, []string{relU, relW}, masked)
+		if err == nil {
+			l, err := newLayer(upper, 0, true, fds[0], true, masked, 0)
 			if err != nil {
 				unix.Close(fds[1])
 				return nil, -1, err
 			}
 			return l, fds[1], nil
 		}
+		lacked = lackedOf(err)
 	}
-	l, err := OpenLayer(upper, 0, true)
+	l, err := OpenLayerMasked(upper, 0, true, masked)
 	if err != nil {
 		return nil, -1, err
 	}
+	l.Counters.Fallbacks.ran(lacked)
 	wfd, err := unix.Open(work, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		l.Close()

@@ -101,3 +101,68 @@ func TestLayerMounts(t *testing.T) {
 		t.Errorf("sub of the upper layer lists %v (%v), want its own, empty", ents, err)
 	}
 }
+
+// TestLayerMountsMasked: where open_tree(2) or mount_setattr(2) is taken
+// for absent (-o mask=), a layer is opened in place, as on a kernel
+// without them: a mount inside it is not entered (EXDEV), the upper layer
+// and its workdir still rename into each other, and each fallback is
+// counted.
+func TestLayerMountsMasked(t *testing.T) {
+	for _, masked := range []Features{OpenTree, MountSetattr} {
+		t.Run(masked.String(), func(t *testing.T) {
+			base := t.TempDir()
+			for _, d := range []string{"l/sub", "u", "w"} {
+				if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mountTmpfs(t, filepath.Join(base, "l/sub"))
+			l, err := OpenLayerMasked(filepath.Join(base, "l"), 1, false, masked)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			if l.Cloned() {
+				t.Errorf("%s masked: the layer is a clone of its mount", masked)
+			}
+			if n := l.Counters.Fallbacks.Of(masked); n != 1 {
+				t.Errorf("%s masked: %d fallbacks counted, want 1", masked, n)
+			}
+			if d, err := l.Root().OpenDir("sub"); err != unix.EXDEV {
+				if err == nil {
+					d.Close()
+				}
+				t.Errorf("sub of a layer opened in place, a mount point: %v, want EXDEV", err)
+			}
+			u, wfd, err := OpenUpperMasked(filepath.Join(base, "u"), filepath.Join(base, "w"), masked)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer u.Close()
+			defer unix.Close(wfd)
+			if u.Cloned() || u.Counters.Fallbacks.Of(masked) != 1 {
+				t.Errorf("%s masked: upper cloned %v, %d fallbacks counted; want in place, 1", masked, u.Cloned(), u.Counters.Fallbacks.Of(masked))
+			}
+			if err := unix.Mkdirat(wfd, "tmp", 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := u.Root().Do(func(fd int) error { return unix.Renameat(wfd, "tmp", fd, "moved") }); err != nil {
+				t.Errorf("rename from the workdir into the upper layer: %v", err)
+			}
+		})
+	}
+}
+
+// TestStatxMntIDMasked: with STATX_MNT_ID masked the layer is taken for
+// not id-mapped without asking (the answer of every kernel before Linux
+// 5.8, which had no id-mapped mounts either), and the fallback is counted.
+func TestStatxMntIDMasked(t *testing.T) {
+	l, err := OpenLayerMasked(t.TempDir(), 1, false, StatxMntID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if l.IDMapped || l.Counters.Fallbacks.Of(StatxMntID) != 1 {
+		t.Errorf("id-mapped %v, %d fallbacks counted; want false, 1", l.IDMapped, l.Counters.Fallbacks.Of(StatxMntID))
+	}
+}
