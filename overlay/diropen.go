@@ -61,10 +61,21 @@ type dirStreams struct {
 	opendirs, opened atomic.Uint64
 }
 
-// OpenDir: see "Directories open without a request" above.
+// OpenDir: see "Directories open without a request" above. Where the mask
+// hides FUSE_NO_OPENDIR_SUPPORT (mask.go), as on a kernel before 5.1 that
+// would fail the opendir(3) of an OPENDIR answered ENOSYS, the open is
+// served through the bridge, and its handle serves the READDIRs.
 func (r *rawFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	r.dirs.opendirs.Add(1)
-	return fuse.ENOSYS
+	if !r.mask.opendir {
+		return fuse.ENOSYS
+	}
+	yield()
+	st := r.RawFileSystem.OpenDir(cancel, in, out)
+	if st.Ok() {
+		out.OpenFlags &^= r.mask.open
+	}
+	return st
 }
 
 func (r *rawFS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // The kernel goverlay needs.
@@ -68,4 +70,14 @@ func kernelVersion(release string) (maj, min int, ok bool) {
 	}
 	min, err2 := strconv.Atoi(digits)
 	return maj, min, err1 == nil && err2 == nil
+}
+
+// runningKernel is the release of the running kernel, as kernelVersion
+// reads it.
+func runningKernel() (maj, min int, ok bool) {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return 0, 0, false
+	}
+	return kernelVersion(unix.ByteSliceToString(u.Release[:]))
 }
