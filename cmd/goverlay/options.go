@@ -80,6 +80,7 @@ var optionTable = []optionInfo{
 	{"squash_to_gid", "GID", optSupported, "show every file's group as GID; wins over squash_to_root (fuse-overlayfs)"},
 	{"xattr_permissions", "0|1|2", optSupported, `keep owners and modes in an xattr instead of for real: 0 (default) for real, 1 in "security.fuseoverlayfs.override_stat", 2 in "user.containers.override_stat" (containers/storage passes it with force_mask; fuse-overlayfs)`},
 	{"metacopy", "on|off", optSupported, "on: chown, chmod, utimes, xattr changes, link and rename of a lower regular file copy up its metadata only, in the kernel overlay's format (an empty overlay.metacopy xattr, overlay.origin, and an overlay.redirect where it moves); its data is read from the lower file until the first write, open for writing or truncate copies it in. Needs redirect_dir=on, which it turns on; refused with userxattr, as the kernel refuses it. off (default): metacopy files found on disk are refused with EPERM, as the kernel refuses them"},
+	{"mask", "PROFILE|FEATURE[+...]", optSupported, `a diagnostic: behave as if the kernel lacked the named features, so that goverlay's fallbacks for them run on a kernel that has them; a profile, linux-MAJOR.MINOR (linux-5.14, linux-5.15, linux-6.1, linux-6.8, any from 5.11), names every feature that came after that release; features and profiles are joined with "+" (man page: KERNEL FEATURES)`},
 	{"redirect_dir", "on|off|follow|nofollow", optSupported, "on (default): a directory with lower instances is renamed in place with an overlay.redirect xattr, written as the kernel writes it with redirect_dir=on (its old name when it stays in its parent, else its path in the merged view; over 256 bytes, the kernel's redirect_max, EXDEV); off, follow, nofollow: such renames fail with EXDEV (mv falls back to copying). Redirects on disk are always followed, layer by layer through any number of layers; a malformed one fails the lookup of its directory with EINVAL or EACCES, as on the kernel, and is logged"},
 
 	{"rw", "", optKernel, "default; dropped"},
@@ -317,6 +318,12 @@ func (st *optState) set(key, raw string) error {
 			return err
 		}
 		c.NoUring = !on
+	case "mask":
+		m, err := overlay.ParseMask(unescape(raw))
+		if err != nil {
+			return failf(exitUsage, "option \"mask\": %v", err)
+		}
+		c.Mask = m
 	case "noacl":
 		c.NoACL = true
 	case "static_nlink":
