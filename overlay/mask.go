@@ -346,7 +346,7 @@ func (m Mask) syscalls() lower.Features {
 
 // because is the reason a decision gives for feature id being masked.
 func (m Mask) because(id featureID) string {
-	return features[id].name + " masked (mask=" + m.given + ")"
+	return features[id].name + " masked by mask=" + m.given
 }
 
 // kernelInit is the kernel's INIT as goverlay takes it: without the flags

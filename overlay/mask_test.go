@@ -141,10 +141,10 @@ func TestDecideIOMasked(t *testing.T) {
 		noOpen, pt, wb bool
 		why            string
 	}{
-		{Options{Passthrough: true, OpenRequests: true, Mask: mask("passthrough")}, false, false, true, "passthrough masked (mask=passthrough)"},
-		{Options{Passthrough: true, OpenRequests: true, Mask: mask("linux-5.15")}, false, false, true, "passthrough masked (mask=linux-5.15)"},
-		{Options{Passthrough: true, Writeback: WritebackOn, Mask: mask("writeback_cache")}, true, false, false, "writeback_cache masked (mask=writeback_cache)"},
-		{Options{Passthrough: true, Mask: mask("no_open+writeback_cache+passthrough")}, false, false, false, "no_open masked (mask=no_open+writeback_cache+passthrough): every open is a request"},
+		{Options{Passthrough: true, OpenRequests: true, Mask: mask("passthrough")}, false, false, true, "passthrough masked by mask=passthrough"},
+		{Options{Passthrough: true, OpenRequests: true, Mask: mask("linux-5.15")}, false, false, true, "passthrough masked by mask=linux-5.15"},
+		{Options{Passthrough: true, Writeback: WritebackOn, Mask: mask("writeback_cache")}, true, false, false, "writeback_cache masked by mask=writeback_cache"},
+		{Options{Passthrough: true, Mask: mask("no_open+writeback_cache+passthrough")}, false, false, false, "no_open masked by mask=no_open+writeback_cache+passthrough: every open is a request"},
 	} {
 		got := decideIO(c.o, false)
 		if got.noOpen != c.noOpen || got.passthrough != c.pt || got.writeback != c.wb || !strings.Contains(got.why, c.why) {
