@@ -1,11 +1,15 @@
 package overlay
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/goverlay/goverlay/lower"
 )
@@ -151,5 +155,203 @@ func TestDecideIOMasked(t *testing.T) {
 			t.Errorf("mask=%s: noopen %v, passthrough %v, writeback %v (%s); want %v, %v, %v (%s)",
 				c.o.Mask, got.noOpen, got.passthrough, got.writeback, got.why, c.noOpen, c.pt, c.wb, c.why)
 		}
+	}
+}
+
+// maskOf parses s, failing the test on an error.
+func maskOf(t *testing.T, s string) Mask {
+	t.Helper()
+	m, err := ParseMask(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestMaskedPassthrough: with passthrough masked, a mount that asks for
+// it opens no file in passthrough: writes go through the writeback cache,
+// and goverlay stats says why. The same mount without the mask does use
+// passthrough here.
+func TestMaskedPassthrough(t *testing.T) {
+	if ok, why := passthroughGrantable(); !ok {
+		t.Skipf("passthrough cannot be granted here: %s", why)
+	}
+	for _, masked := range []bool{false, true} {
+		lo, up, work := openDir(t), openDir(t), openDir(t)
+		write(t, lo+"/f", "lower")
+		o := Options{Lower: []string{lo}, Upper: up, Work: work, OpenRequests: true, Passthrough: true}
+		if masked {
+			o.Mask = maskOf(t, "passthrough")
+		}
+		mnt, f := mountFS(t, o)
+		if err := os.WriteFile(mnt+"/f", []byte("written"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := readFile(t, mnt+"/f"); got != "written" {
+			t.Errorf("masked %v: read back %q", masked, got)
+		}
+		s := f.Stats()
+		switch {
+		case !masked && (s.OpensPassthrough == 0 || !s.Passthrough):
+			t.Errorf("without the mask: passthrough %v, %d opens in passthrough (%s); want it used", s.Passthrough, s.OpensPassthrough, s.IOReason)
+		case masked && (s.OpensPassthrough != 0 || s.Passthrough || s.OpensCached == 0):
+			t.Errorf("passthrough masked: passthrough %v, %d opens in passthrough, %d through goverlay; want none in passthrough", s.Passthrough, s.OpensPassthrough, s.OpensCached)
+		case masked && (!s.Writeback || !strings.Contains(s.IOReason, "passthrough masked by mask=passthrough")):
+			t.Errorf("passthrough masked: writeback cache %v (%s); want it, saying why", s.Writeback, s.IOReason)
+		case masked && !slices.Equal(s.MaskedFeatures, []string{"passthrough"}):
+			t.Errorf("passthrough masked: goverlay stats says %q are masked", s.MaskedFeatures)
+		}
+		if slices.Contains(s.KernelFeatures, "passthrough") == masked {
+			t.Errorf("masked %v: kernel features %q", masked, s.KernelFeatures)
+		}
+	}
+}
+
+// TestMaskedUring: with io_uring masked, a mount made while the kernel
+// offers it serves /dev/fuse, and says why.
+func TestMaskedUring(t *testing.T) {
+	lo := openDir(t)
+	write(t, lo+"/f", "lower")
+	mnt, f := mountOffered(t, Options{Lower: []string{lo}, Mask: maskOf(t, "uring")})
+	if got := readFile(t, mnt+"/f"); got != "lower" {
+		t.Errorf("read %q", got)
+	}
+	s := f.Stats()
+	if f.uring != nil || s.RingRequests != 0 || s.Transport != "/dev/fuse (uring masked by mask=uring)" {
+		t.Errorf("transport %q, %d requests over io_uring; want /dev/fuse alone, saying why", s.Transport, s.RingRequests)
+	}
+}
+
+// TestMaskedWriteback: with the writeback cache masked, a mount that
+// would take it by default does not, and each write(2) is a WRITE
+// request: the upper file has the data before the file is closed.
+func TestMaskedWriteback(t *testing.T) {
+	lo, up, work := openDir(t), openDir(t), openDir(t)
+	write(t, lo+"/f", "lower")
+	mnt, f := mountFS(t, Options{Lower: []string{lo}, Upper: up, Work: work, Mask: maskOf(t, "writeback_cache")})
+	s := f.Stats()
+	if s.Writeback || s.Passthrough || !strings.Contains(s.IOReason, "writeback_cache masked by mask=writeback_cache") {
+		t.Fatalf("writeback cache %v, passthrough %v (%s); want neither, saying why", s.Writeback, s.Passthrough, s.IOReason)
+	}
+	fd := openT(t, mnt+"/f", unix.O_WRONLY|unix.O_TRUNC)
+	defer unix.Close(fd)
+	pwriteT(t, fd, "through", 0)
+	if got := readFile(t, up+"/f"); got != "through" {
+		t.Errorf("upper file before close: %q, want %q (each write a request)", got, "through")
+	}
+}
+
+// TestMaskedFchmodat2: with fchmodat2 masked, chmod through the mount
+// still changes the file, never a symlink's target, and the fallback ran;
+// without the mask it does not run here (Linux 6.6+).
+func TestMaskedFchmodat2(t *testing.T) {
+	needKernel(t, 6, 6, "fchmodat2")
+	for _, masked := range []bool{false, true} {
+		lo, up, work := openDir(t), openDir(t), openDir(t)
+		write(t, lo+"/f", "lower")
+		o := Options{Lower: []string{lo}, Upper: up, Work: work}
+		if masked {
+			o.Mask = maskOf(t, "fchmodat2")
+		}
+		mnt, f := mountFS(t, o)
+		if err := os.Chmod(mnt+"/f", 0o640); err != nil {
+			t.Fatal(err)
+		}
+		// Again, now that the file is in the upper layer.
+		if err := os.Chmod(mnt+"/f", 0o604); err != nil {
+			t.Fatal(err)
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(up+"/f", &st); err != nil || st.Mode&0o7777 != 0o604 {
+			t.Errorf("masked %v: upper file mode %#o, %v; want 0604", masked, st.Mode&0o7777, err)
+		}
+		n := f.Stats().Fallbacks["fchmodat2"]
+		if masked && n == 0 || !masked && n != 0 {
+			t.Errorf("masked %v: the fchmodat2 fallback ran %d times", masked, n)
+		}
+	}
+}
+
+// TestMaskedTmpfile: with FUSE_TMPFILE masked, open(O_TMPFILE) fails with
+// EOPNOTSUPP, as on a kernel before 6.0, and the mount goes on serving.
+func TestMaskedTmpfile(t *testing.T) {
+	lo, up, work := openDir(t), openDir(t), openDir(t)
+	mnt := mountT(t, Options{Lower: []string{lo}, Upper: up, Work: work, Mask: maskOf(t, "tmpfile")})
+	for range 2 { // the second the kernel answers alone
+		if fd, err := unix.Open(mnt, unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o644); !errors.Is(err, unix.EOPNOTSUPP) {
+			if err == nil {
+				unix.Close(fd)
+			}
+			t.Errorf("O_TMPFILE with tmpfile masked: %v, want EOPNOTSUPP", err)
+		}
+	}
+	write(t, mnt+"/f", "named")
+	if got := readFile(t, up+"/f"); got != "named" {
+		t.Errorf("a named file after: %q", got)
+	}
+}
+
+// TestMaskedKillprivV2: with FUSE_HANDLE_KILLPRIV_V2 masked, NOSEC is off
+// on an upper that would have it, saying the mask is why, and a write by
+// a caller without CAP_FSETID still loses setuid (the kernel removes it,
+// through SETATTR).
+func TestMaskedKillprivV2(t *testing.T) {
+	lo, up, work := openDir(t), openDir(t), openDir(t)
+	write(t, lo+"/f", "lower")
+	if err := os.Chmod(lo+"/f", 0o4777); err != nil {
+		t.Fatal(err)
+	}
+	mnt, f := mountFS(t, Options{Lower: []string{lo}, Upper: up, Work: work, NoSec: NoSecOn, AllowOther: true, Mask: maskOf(t, "killpriv_v2")})
+	s := f.Stats()
+	if s.NoSec || !strings.HasPrefix(s.NoSecReason, "killpriv_v2 masked by mask=killpriv_v2") {
+		t.Errorf("NOSEC %v (%s); want off, the mask its reason", s.NoSec, s.NoSecReason)
+	}
+	run(t, asNobody, "echo x >> "+mnt+"/f")
+	var st unix.Stat_t
+	if err := unix.Stat(up+"/f", &st); err != nil || st.Mode&unix.S_ISUID != 0 {
+		t.Errorf("upper file after a write by nobody: mode %#o, %v; want setuid gone", st.Mode&0o7777, err)
+	}
+}
+
+// TestMaskedOpendir: with FOPEN_CACHE_DIR masked (and with it the
+// kernel's own opens of directories), every opendir(3) is an OPENDIR
+// request, the kernel keeps no listing, and listings are whole and right.
+func TestMaskedOpendir(t *testing.T) {
+	lo, up, work := openDir(t), openDir(t), openDir(t)
+	for i := range 300 {
+		write(t, fmt.Sprintf("%s/d/f%03d", lo, i), "x")
+	}
+	mnt, f := mountFS(t, Options{Lower: []string{lo}, Upper: up, Work: work, Mask: maskOf(t, "cache_dir")})
+	write(t, mnt+"/d/new", "y")
+	for range 3 {
+		names := names(t, mnt+"/d")
+		if len(names) != 301 || names[0] != "f000" || names[300] != "new" {
+			t.Fatalf("listing of d: %d names, from %q", len(names), names[0])
+		}
+	}
+	if n := f.raw.dirs.opendirs.Load(); n < 3 {
+		t.Errorf("%d OPENDIR requests for three listings, want each one", n)
+	}
+	if n := f.raw.dirs.opened.Load(); n != 0 {
+		t.Errorf("%d READDIRs opened a stream of their own: OPENDIR served them none", n)
+	}
+}
+
+// TestMaskedXattrAt: with the *xattrat calls masked, a file's xattrs read
+// through the mount are still its own, through the fallback, which ran.
+func TestMaskedXattrAt(t *testing.T) {
+	lo := openDir(t)
+	write(t, lo+"/f", "lower")
+	if err := unix.Setxattr(lo+"/f", "user.x", []byte("v"), 0); err != nil {
+		t.Skipf("no user xattrs here: %v", err)
+	}
+	mnt, f := mountFS(t, Options{Lower: []string{lo}, Mask: maskOf(t, "xattrat")})
+	buf := make([]byte, 16)
+	n, err := unix.Getxattr(mnt+"/f", "user.x", buf)
+	if err != nil || string(buf[:n]) != "v" {
+		t.Errorf("user.x through the mount: %q, %v", buf[:n], err)
+	}
+	if s := f.Stats(); s.Fallbacks["xattrat"] == 0 || !slices.Equal(s.MaskedFeatures, []string{"xattrat"}) {
+		t.Errorf("fallbacks %v, masked %q; want the xattrat fallback run", s.Fallbacks, s.MaskedFeatures)
 	}
 }

@@ -225,6 +225,11 @@ func (st *optState) apply(item string) error {
 		return failf(exitUsage, "option %q has no name; write KEY or KEY=VALUE", unescape(item))
 	}
 	info := optionByKey[key]
+	if info == nil && maskName(key) {
+		// mask=passthrough,tmpfile would otherwise mask passthrough
+		// alone and ignore "tmpfile" with a warning.
+		return failf(exitUsage, "unknown option %q; the names of mask= are joined with \"+\", not \",\": write mask=A+%s", key, key)
+	}
 	if info == nil {
 		if near := typoOf(key); near != "" {
 			return failf(exitUsage, "unknown option %q; did you mean %s? fix the option string", key, near)
@@ -245,6 +250,9 @@ func (st *optState) apply(item string) error {
 		return failf(exitUsage, "option %q takes no value (got %q); write just %s", key, unescape(item), key)
 	}
 	if info.Arg != "" && (!hasValue || raw == "") {
+		if !hasValue && maskName(key) {
+			return failf(exitUsage, "option %q needs a value, as in %s=%s; the names of mask= are joined with \"+\", not \",\": write mask=A+%s", key, key, info.Arg, key)
+		}
 		return failf(exitUsage, "option %q needs a value, as in %s=%s", key, key, info.Arg)
 	}
 	if info.Arg != "" {
@@ -378,6 +386,13 @@ func (st *optState) set(key, raw string) error {
 		st.flags = append(st.flags, key)
 	}
 	return nil
+}
+
+// maskName reports whether key is a name mask= takes (a profile or a
+// feature), given as an option of its own.
+func maskName(key string) bool {
+	_, err := overlay.ParseMask(key)
+	return err == nil
 }
 
 // switchValue reads the value of an option that turns something on or off,
