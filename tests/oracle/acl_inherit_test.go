@@ -202,7 +202,7 @@ func TestACLInheritNoACL(t *testing.T) {
 			}
 		}
 	}
-	if n := gt["dm/tmpf"]; n == nil || n.Mode != 0o644 || len(n.Xattrs) != 0 {
+	if n := gt["dm/tmpf"]; len(tmpfileDirs(t)) > 0 && (n == nil || n.Mode != 0o644 || len(n.Xattrs) != 0) {
 		t.Errorf("dm/tmpf: %+v, want 0644 without ACL", n)
 	}
 }
