@@ -33,7 +33,7 @@ const (
 	OpenTree Features = 1 << iota
 	// MountSetattr: mount_setattr(2) (5.12), which makes that clone
 	// private; without it the clone stays a peer of its mount
-	// (mounts.go).
+	// (mounts.go openCloned).
 	MountSetattr
 	// StatxMntID: statx(2) with STATX_MNT_ID (5.8), which finds a
 	// layer's mount in /proc/self/mountinfo; without it the layer
@@ -99,19 +99,19 @@ func (c *Fallbacks) Of(f Features) uint64 {
 	return c[bits.TrailingZeros32(uint32(f))].Load()
 }
 
-// lacked is the error of a call the kernel lacks or the mask hides:
+// lackedErr is the error of a call the kernel lacks or the mask hides:
 // ENOSYS, with the feature that was missing.
-type lacked struct{ f Features }
+type lackedErr struct{ f Features }
 
-func (e lacked) Error() string { return e.f.String() + ": " + unix.ENOSYS.Error() }
+func (e lackedErr) Error() string { return e.f.String() + ": " + unix.ENOSYS.Error() }
 
-func (e lacked) Unwrap() error { return unix.ENOSYS }
+func (e lackedErr) Unwrap() error { return unix.ENOSYS }
 
-// absent returns lacked{f} for ENOSYS, the answer of a kernel without
+// absent returns lackedErr{f} for ENOSYS, the answer of a kernel without
 // the call, and err otherwise.
 func absent(f Features, err error) error {
 	if errors.Is(err, unix.ENOSYS) {
-		return lacked{f}
+		return lackedErr{f}
 	}
 	return err
 }

@@ -81,14 +81,14 @@ func (l *Layer) unshiftXattr(attr string, v []byte) ([]byte, error) {
 func onIDMappedMount(path string, masked Features) (bool, error) {
 	var stx unix.Statx_t
 	if masked.Has(StatxMntID) {
-		return false, lacked{StatxMntID}
+		return false, lackedErr{StatxMntID}
 	}
 	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_MNT_ID, &stx); err != nil {
 		return false, fmt.Errorf("statx: %w", err)
 	}
 	if stx.Mask&unix.STATX_MNT_ID == 0 {
 		// The kernel ignores a mask bit it does not know.
-		return false, fmt.Errorf("statx: no mount id (Linux 5.8+): %w", lacked{StatxMntID})
+		return false, fmt.Errorf("statx: no mount id (Linux 5.8+): %w", lackedErr{StatxMntID})
 	}
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {

@@ -24,8 +24,10 @@ import (
 // holds both, since a copy-up renames from one into the other and
 // rename(2) does not cross mounts. Where the daemon may not clone (it
 // needs CAP_SYS_ADMIN over the mount namespace; a mount with locked mounts
-// under it cannot be cloned without them), a layer is opened in place and
-// no walk enters a mount inside it: openDirAt refuses with EXDEV.
+// under it cannot be cloned without them; a kernel before 5.2 has no
+// open_tree(2)), a layer is opened in place and no walk enters a mount
+// inside it: openDirAt refuses with EXDEV. A kernel before 5.12 clones
+// but has no mount_setattr(2) to make the clone private: see openCloned.
 
 // Cloned reports whether the layer was opened through a private clone of
 // its mount (see above).
@@ -33,12 +35,12 @@ func (l *Layer) Cloned() bool { return l.cloned }
 
 // openRoot opens directory path as a layer root: through a clone of its
 // mount where it can and clone says so, in place otherwise. lacked is the
-// feature whose absence (or mask) left it in place, if any.
+// feature whose absence (or mask) made it take a fallback, if any.
 func openRoot(path string, clone bool, masked Features) (fd int, cloned bool, lacked Features, err error) {
 	if clone {
-		fds, err := openCloned(path, []string{"."}, masked)
+		fds, notPrivate, err := openCloned(path, []string{"."}, masked)
 		if err == nil {
-			return fds[0], true, 0, nil
+			return fds[0], true, notPrivate, nil
 		}
 		lacked = lackedOf(err)
 	}
@@ -46,9 +48,9 @@ func openRoot(path string, clone bool, masked Features) (fd int, cloned bool, la
 	return fd1, false, lacked, err
 }
 
-// lackedOf is the feature a lacked error names, or 0.
+// lackedOf is the feature a lackedErr names, or 0.
 func lackedOf(err error) Features {
-	var l lacked
+	var l lackedErr
 	if errors.As(err, &l) {
 		return l.f
 	}
@@ -59,31 +61,41 @@ func lackedOf(err error) Features {
 // detached non-recursive clone of dir's mount, and checks that each is
 // the directory dir/rel is in the mount namespace (a mount inside dir on
 // the way would make it another one). It fails with a lacked error where
-// the kernel has no open_tree(2) or mount_setattr(2), or masked hides
-// them.
-func openCloned(dir string, rels []string, masked Features) ([]int, error) {
+// the kernel has no open_tree(2), or masked hides it; lacked says
+// MountSetattr where the clone could not be made private.
+func openCloned(dir string, rels []string, masked Features) (fds []int, lacked Features, err error) {
 	if masked.Has(OpenTree) {
-		return nil, lacked{OpenTree}
+		return nil, 0, lackedErr{OpenTree}
 	}
 	tfd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
-		return nil, absent(OpenTree, err)
+		return nil, 0, absent(OpenTree, err)
 	}
 	defer unix.Close(tfd)
 	// Private, as clone_private_mount() makes it: a mount made later
 	// under the layer, in a peer of its mount, does not appear in it.
-	if masked.Has(MountSetattr) {
-		return nil, lacked{MountSetattr}
+	// Without mount_setattr(2) (before Linux 5.12) the clone stays in
+	// its mount's peer group (clone_mnt()). It is still the layer
+	// without the mounts inside it, which is the point; one made later
+	// under the layer in a peer may appear in it, and is then refused
+	// as a mount inside a layer opened in place is: EXDEV. That beats
+	// opening the layer in place, where every mount inside it is.
+	switch {
+	case masked.Has(MountSetattr):
+		lacked = MountSetattr
+	default:
+		err := unix.MountSetattr(tfd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Propagation: unix.MS_PRIVATE})
+		if errors.Is(err, unix.ENOSYS) {
+			lacked = MountSetattr
+		} else if err != nil {
+			return nil, 0, err
+		}
 	}
-	if err := unix.MountSetattr(tfd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Propagation: unix.MS_PRIVATE}); err != nil {
-		return nil, absent(MountSetattr, err)
-	}
-	var fds []int
-	fail := func(err error) ([]int, error) {
+	fail := func(err error) ([]int, Features, error) {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
-		return nil, err
+		return nil, 0, err
 	}
 	for _, rel := range rels {
 		fd, err := unix.Openat2(tfd, rel, &unix.OpenHow{
@@ -105,7 +117,7 @@ func openCloned(dir string, rels []string, masked Features) ([]int, error) {
 			return fail(unix.EXDEV)
 		}
 	}
-	return fds, nil
+	return fds, lacked, nil
 }
 
 // OpenUpper opens the upper layer at upper (index 0 of the stack) and its
@@ -125,9 +137,9 @@ func OpenUpperMasked(upper, work string, masked Features) (*Layer, int, error) {
 		common := commonDir(ru, rw)
 		relU, _ := filepath.Rel(common, ru)
 		relW, _ := filepath.Rel(common, rw)
-		fds, err := openCloned(common, []string{relU, relW}, masked)
+		fds, notPrivate, err := openCloned(common, []string{relU, relW}, masked)
 		if err == nil {
-			l, err := newLayer(upper, 0, true, fds[0], true, masked, 0)
+			l, err := newLayer(upper, 0, true, fds[0], true, masked, notPrivate)
 			if err != nil {
 				unix.Close(fds[1])
 				return nil, -1, err

@@ -25,8 +25,9 @@ import (
 // fallback where it has not:
 //
 //   - open_tree(2) OPEN_TREE_CLONE (5.2) and mount_setattr(2) (5.12): each
-//     layer is opened through a private clone of its mount; else in place
-//     (lower/mounts.go).
+//     layer is opened through a private clone of its mount; without
+//     mount_setattr through a clone that is not private, without
+//     open_tree in place (lower/mounts.go).
 //   - statx(2) STATX_MNT_ID (5.8) and "idmapped" in mountinfo (5.12):
 //     telling an id-mapped layer, for detection only (lower/idmapped.go).
 //   - fchmodat2(2) with AT_SYMLINK_NOFOLLOW (6.6); else the object opened

@@ -147,7 +147,7 @@ var features = [numFeatures]feature{
 	featOpenTree: {name: "open_tree", since: [2]int{5, 2}, sys: lower.OpenTree, implies: []featureID{featMountSetattr},
 		what: "open_tree(2): layers are opened in place (lower/mounts.go)"},
 	featMountSetattr: {name: "mount_setattr", since: [2]int{5, 12}, sys: lower.MountSetattr,
-		what: "mount_setattr(2): layers are opened in place (lower/mounts.go)"},
+		what: "mount_setattr(2): the clone of a layer's mount is not made private (lower/mounts.go)"},
 	featStatxMntID: {name: "statx_mnt_id", since: [2]int{5, 8}, sys: lower.StatxMntID,
 		what: "statx(2) STATX_MNT_ID: no layer is taken for id-mapped"},
 	featFchmodat2: {name: "fchmodat2", since: [2]int{6, 6}, sys: lower.Fchmodat2,
