@@ -36,6 +36,13 @@ import (
 //     writeback cache.
 //   - getxattrat(2)/listxattrat(2) (6.13); else /proc/self/fd paths
 //     (lower/xattr.go).
+//   - FUSE over io_uring (6.14, while the fuse module's enable_uring is
+//     Y); else /dev/fuse (uring.go).
+//
+// -o mask= (mask.go) has goverlay behave as if the kernel lacked any of
+// these, and the FUSE features older kernels lack besides, so that the
+// fallbacks run on a kernel that has them all; the suites run under a
+// kernel profile that way (GOVERLAY_TEST_MASK, tests/testutil/mask.go).
 
 // MinKernel is the oldest Linux release, major and minor, goverlay mounts
 // on (above).
