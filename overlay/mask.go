@@ -97,63 +97,73 @@ type feature struct {
 	// implies are features that a kernel without this one lacks too,
 	// or that goverlay cannot use without it.
 	implies []featureID
-	// what says what goes, for the man page and the errors.
-	what string
 }
 
 // flags2 are the INIT flags of fuse_init_in's flags2, which only a kernel
 // with FUSE_INIT_EXT sends.
 const flags2 = uint64(0xFFFFFFFF) << 32
 
+// features are the table; each comment says what goes where the feature
+// is masked.
 var features = [numFeatures]feature{
+	// FUSE_INIT_EXT: no INIT flag above bit 31, so none of the next
+	// three.
 	featInitExt: {name: "init_ext", since: [2]int{5, 17}, proto: 36,
-		init: fuse.CAP_INIT_EXT | flags2, implies: []featureID{featPassthrough, featAllowIdmap, featUring},
-		what: "FUSE_INIT_EXT: no INIT flag above bit 31"},
-	featPassthrough: {name: "passthrough", since: [2]int{6, 9}, proto: 40,
-		init: fuse.CAP_PASSTHROUGH, what: "FUSE_PASSTHROUGH: the writeback cache instead (writeback.go)"},
-	featAllowIdmap: {name: "allow_idmap", since: [2]int{6, 12}, proto: 41,
-		init: fuse.CAP_ALLOW_IDMAP, what: "FUSE_ALLOW_IDMAP: the mount cannot be id-mapped"},
-	featUring: {name: "uring", since: [2]int{6, 14}, proto: 42,
-		init: fuse.CAP_OVER_IO_URING, what: "FUSE_OVER_IO_URING: requests come through /dev/fuse"},
-	featKillprivV2: {name: "killpriv_v2", since: [2]int{5, 11}, proto: 33,
-		init: fuse.CAP_HANDLE_KILLPRIV_V2, what: "FUSE_HANDLE_KILLPRIV_V2: NOSEC off, the kernel removes privileges itself (nosec.go)"},
-	// Protocol 7.9 or older: before the uapi header's changelog says.
-	featAtomicOTrunc: {name: "atomic_o_trunc",
-		init: fuse.CAP_ATOMIC_O_TRUNC, what: "FUSE_ATOMIC_O_TRUNC: an open(O_TRUNC) sends a SETATTR"},
-	featDontMask: {name: "dont_mask", proto: 12,
-		init: fuse.CAP_DONT_MASK, what: "FUSE_DONT_MASK: the kernel applies the umask before a create"},
+		init: fuse.CAP_INIT_EXT | flags2, implies: []featureID{featPassthrough, featAllowIdmap, featUring}},
+	// FUSE_PASSTHROUGH: the writeback cache instead (writeback.go).
+	featPassthrough: {name: "passthrough", since: [2]int{6, 9}, proto: 40, init: fuse.CAP_PASSTHROUGH},
+	// FUSE_ALLOW_IDMAP: the mount cannot be id-mapped.
+	featAllowIdmap: {name: "allow_idmap", since: [2]int{6, 12}, proto: 41, init: fuse.CAP_ALLOW_IDMAP},
+	// FUSE_OVER_IO_URING: requests come through /dev/fuse (uring.go).
+	featUring: {name: "uring", since: [2]int{6, 14}, proto: 42, init: fuse.CAP_OVER_IO_URING},
+	// FUSE_HANDLE_KILLPRIV_V2: NOSEC off, the kernel removes privileges
+	// itself (New, nosec.go). In every kernel goverlay runs on.
+	featKillprivV2: {name: "killpriv_v2", since: [2]int{5, 11}, proto: 33, init: fuse.CAP_HANDLE_KILLPRIV_V2},
+	// FUSE_ATOMIC_O_TRUNC (protocol 7.9 or older): an open(O_TRUNC)
+	// sends a SETATTR.
+	featAtomicOTrunc: {name: "atomic_o_trunc", init: fuse.CAP_ATOMIC_O_TRUNC},
+	// FUSE_DONT_MASK: the kernel applies the umask before a create,
+	// whatever a default ACL says (create.go).
+	featDontMask: {name: "dont_mask", proto: 12, init: fuse.CAP_DONT_MASK},
+	// FUSE_DO_READDIRPLUS: listings are READDIRs, then a LOOKUP per
+	// name.
 	featReaddirplus: {name: "readdirplus", proto: 21,
-		init: fuse.CAP_READDIRPLUS | fuse.CAP_READDIRPLUS_AUTO, implies: []featureID{featReaddirplusAuto},
-		what: "FUSE_DO_READDIRPLUS: listings are READDIR, then a LOOKUP per name"},
-	featReaddirplusAuto: {name: "readdirplus_auto", proto: 21,
-		init: fuse.CAP_READDIRPLUS_AUTO, what: "FUSE_READDIRPLUS_AUTO: every listing batch is a READDIRPLUS"},
-	featWritebackCache: {name: "writeback_cache", proto: 23,
-		init: fuse.CAP_WRITEBACK_CACHE, what: "FUSE_WRITEBACK_CACHE: every write(2) is a WRITE request"},
-	featPosixACL: {name: "posix_acl", proto: 26,
-		init: fuse.CAP_POSIX_ACL, what: "FUSE_POSIX_ACL: the kernel checks modes only"},
-	featNoOpen: {name: "no_open", proto: 23,
-		what: "FUSE_NO_OPEN_SUPPORT: every open(2) of a file is an OPEN request (noopen=0)"},
-	// Linux 5.1.
-	featNoOpendir: {name: "no_opendir", proto: 29,
-		what: "FUSE_NO_OPENDIR_SUPPORT: every opendir(3) is an OPENDIR request"},
-	// Linux 4.20; the kernel's own opens of directories set it
+		init: fuse.CAP_READDIRPLUS | fuse.CAP_READDIRPLUS_AUTO, implies: []featureID{featReaddirplusAuto}},
+	// FUSE_READDIRPLUS_AUTO: every batch of a listing is a READDIRPLUS.
+	featReaddirplusAuto: {name: "readdirplus_auto", proto: 21, init: fuse.CAP_READDIRPLUS_AUTO},
+	// FUSE_WRITEBACK_CACHE: every write(2) is a WRITE request.
+	featWritebackCache: {name: "writeback_cache", proto: 23, init: fuse.CAP_WRITEBACK_CACHE},
+	// FUSE_POSIX_ACL: the kernel checks modes only.
+	featPosixACL: {name: "posix_acl", proto: 26, init: fuse.CAP_POSIX_ACL},
+	// FUSE_NO_OPEN_SUPPORT: every open(2) of a regular file is an OPEN
+	// request, as with noopen=0 (decideIO).
+	featNoOpen: {name: "no_open", proto: 23},
+	// FUSE_NO_OPENDIR_SUPPORT (Linux 5.1): every opendir(3) is an
+	// OPENDIR request (rawFS.OpenDir).
+	featNoOpendir: {name: "no_opendir", proto: 29},
+	// FOPEN_CACHE_DIR (Linux 4.20): the kernel keeps no listing, and
+	// reads each anew; the kernel's own opens of directories set it
 	// (fuse_file_open()), so without it they are requests.
-	featCacheDir: {name: "cache_dir", proto: 28, open: fuse.FOPEN_CACHE_DIR, implies: []featureID{featNoOpendir},
-		what: "FOPEN_CACHE_DIR: the kernel keeps no listing, each is read anew"},
-	featNoflush: {name: "noflush", since: [2]int{5, 16}, proto: 35, open: fuse.FOPEN_NOFLUSH,
-		what: "FOPEN_NOFLUSH: a close(2) sends FLUSH, until one is answered ENOSYS"},
-	featTmpfile: {name: "tmpfile", since: [2]int{6, 0}, proto: 37,
-		what: "FUSE_TMPFILE: open(O_TMPFILE) fails with EOPNOTSUPP"},
-	featOpenTree: {name: "open_tree", since: [2]int{5, 2}, sys: lower.OpenTree, implies: []featureID{featMountSetattr},
-		what: "open_tree(2): layers are opened in place (lower/mounts.go)"},
-	featMountSetattr: {name: "mount_setattr", since: [2]int{5, 12}, sys: lower.MountSetattr,
-		what: "mount_setattr(2): the clone of a layer's mount is not made private (lower/mounts.go)"},
-	featStatxMntID: {name: "statx_mnt_id", since: [2]int{5, 8}, sys: lower.StatxMntID,
-		what: "statx(2) STATX_MNT_ID: no layer is taken for id-mapped"},
-	featFchmodat2: {name: "fchmodat2", since: [2]int{6, 6}, sys: lower.Fchmodat2,
-		what: "fchmodat2(2): a chmod goes through /proc/self/fd (upper/attr.go)"},
-	featXattrAt: {name: "xattrat", since: [2]int{6, 13}, sys: lower.XattrAt,
-		what: "getxattrat(2) and its kin: xattrs go through /proc/self/fd (lower/xattr.go)"},
+	featCacheDir: {name: "cache_dir", proto: 28, open: fuse.FOPEN_CACHE_DIR, implies: []featureID{featNoOpendir}},
+	// FOPEN_NOFLUSH: a close(2) sends FLUSH, until one is answered
+	// ENOSYS (handle.Flush).
+	featNoflush: {name: "noflush", since: [2]int{5, 16}, proto: 35, open: fuse.FOPEN_NOFLUSH},
+	// FUSE_TMPFILE: open(O_TMPFILE) fails with EOPNOTSUPP
+	// (rawFS.Tmpfile).
+	featTmpfile: {name: "tmpfile", since: [2]int{6, 0}, proto: 37},
+	// open_tree(2): layers are opened in place (lower/mounts.go).
+	featOpenTree: {name: "open_tree", since: [2]int{5, 2}, sys: lower.OpenTree, implies: []featureID{featMountSetattr}},
+	// mount_setattr(2): the clone of a layer's mount is not made
+	// private (lower/mounts.go).
+	featMountSetattr: {name: "mount_setattr", since: [2]int{5, 12}, sys: lower.MountSetattr},
+	// statx(2) STATX_MNT_ID: no layer is taken for id-mapped
+	// (lower/idmapped.go).
+	featStatxMntID: {name: "statx_mnt_id", since: [2]int{5, 8}, sys: lower.StatxMntID},
+	// fchmodat2(2): a chmod goes through /proc/self/fd (upper/attr.go).
+	featFchmodat2: {name: "fchmodat2", since: [2]int{6, 6}, sys: lower.Fchmodat2},
+	// getxattrat(2), listxattrat(2), setxattrat(2), removexattrat(2):
+	// xattrs go through /proc/self/fd (lower/xattr.go).
+	featXattrAt: {name: "xattrat", since: [2]int{6, 13}, sys: lower.XattrAt},
 }
 
 // profileMinors are the FUSE protocol minors of the releases that raised
