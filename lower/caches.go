@@ -24,9 +24,15 @@ type Caches struct {
 	// listxattrat (before Linux 6.13; xattr.go). It is never cleared:
 	// the kernel does not gain a system call.
 	noXattrAt atomic.Bool
+	// noFchmodat2 is the same for fchmodat2 (before Linux 6.6;
+	// features.go).
+	noFchmodat2 atomic.Bool
 }
 
 // NewCaches makes the caches of one mount, with the default bounds.
 func NewCaches() *Caches {
 	return &Caches{fds: newCache(), listings: &lcache{max: 1 << 18}}
 }
+
+// NoFchmodat2 reports whether the kernel was found without fchmodat2(2).
+func (c *Caches) NoFchmodat2() bool { return c.noFchmodat2.Load() }

@@ -76,14 +76,19 @@ func (l *Layer) unshiftXattr(attr string, v []byte) ([]byte, error) {
 // found there by the mount id statx(2) gives for path. It asks by path,
 // not by the layer's fd, so that it tells the mount the path is on
 // whatever way the layer's root is opened (a detached clone of it is in
-// no mount table).
-func onIDMappedMount(path string) (bool, error) {
+// no mount table). Without STATX_MNT_ID (masked, or before Linux 5.8,
+// which has no id-mapped mounts either) it says false and ENOSYS.
+func onIDMappedMount(path string, masked Features) (bool, error) {
 	var stx unix.Statx_t
+	if masked.Has(StatxMntID) {
+		return false, lackedErr{StatxMntID}
+	}
 	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_MNT_ID, &stx); err != nil {
 		return false, fmt.Errorf("statx: %w", err)
 	}
 	if stx.Mask&unix.STATX_MNT_ID == 0 {
-		return false, fmt.Errorf("statx: no mount id (Linux 5.8+)")
+		// The kernel ignores a mask bit it does not know.
+		return false, fmt.Errorf("statx: no mount id (Linux 5.8+): %w", lackedErr{StatxMntID})
 	}
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {

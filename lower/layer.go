@@ -41,6 +41,9 @@ type Layer struct {
 	// (metacopy=on, metacopy.go); without it, a lookup that meets one
 	// fails as the kernel's does. Set before the layer is used.
 	Metacopy bool
+	// Masked are the system calls the layer takes for absent
+	// (features.go), given when it is opened.
+	Masked Features
 
 	root *Dir
 	// cloned: opened through a private clone of its mount (mounts.go).
@@ -59,6 +62,9 @@ type Counters struct {
 	Asked atomic.Uint64
 	// ListingsRead counts directories of the layer read into a listing.
 	ListingsRead atomic.Uint64
+	// Fallbacks counts the fallbacks run on the layer for system calls
+	// the kernel lacks or the mask hides (features.go).
+	Fallbacks Fallbacks
 }
 
 // OpenLayer opens the root of a layer. The directory fd it keeps is the
@@ -68,30 +74,42 @@ type Counters struct {
 // a mount with its workdir (OpenUpper opens both). A lower layer's reads
 // never change access times (atime.go).
 func OpenLayer(path string, index int, upper bool) (*Layer, error) {
-	fd, cloned, err := openRoot(path, !upper)
+	return OpenLayerMasked(path, index, upper, 0)
+}
+
+// OpenLayerMasked is OpenLayer taking the system calls of masked for
+// absent (features.go).
+func OpenLayerMasked(path string, index int, upper bool, masked Features) (*Layer, error) {
+	fd, cloned, why, err := openRoot(path, !upper, masked)
 	if err != nil {
 		return nil, fmt.Errorf("open layer %q: %w", path, err)
 	}
-	l, err := newLayer(path, index, upper, fd, cloned)
+	l, err := newLayer(path, index, upper, fd, cloned, masked, why)
 	if err == nil && !upper {
 		l.atime = Atime{Mode: Noatime}
 	}
 	return l, err
 }
 
-// newLayer makes the layer whose root is fd, which it owns.
-func newLayer(path string, index int, upper bool, fd int, cloned bool) (*Layer, error) {
+// newLayer makes the layer whose root is fd, which it owns; lacked is
+// the feature whose fallback opened it, if any.
+func newLayer(path string, index int, upper bool, fd int, cloned bool, masked, lacked Features) (*Layer, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("stat layer %q: %w", path, err)
 	}
-	l := &Layer{Index: index, Path: path, Dev: st.Dev, Upper: upper, cloned: cloned}
+	l := &Layer{Index: index, Path: path, Dev: st.Dev, Upper: upper, cloned: cloned, Masked: masked}
+	l.Counters.Fallbacks.ran(lacked)
 	// Told now, while the path's mount is attached: the caller may
 	// detach it as soon as the mount is up (containers/storage does),
 	// and fd keeps the layer reachable. A mount that cannot be told
 	// counts as not id-mapped.
-	l.IDMapped, _ = onIDMappedMount(path)
+	var err error
+	l.IDMapped, err = onIDMappedMount(path, masked)
+	if errors.Is(err, unix.ENOSYS) {
+		l.Counters.Fallbacks.ran(StatxMntID)
+	}
 	l.root = &Dir{Layer: l, fd: fd}
 	l.Caches = NewCaches()
 	return l, nil

@@ -72,7 +72,7 @@ func (d *Dir) readXattrs(name string, c xattrCalls) (v []byte, err error) {
 		// /proc/self/fd/N is a magic link, followed to the directory.
 		return viaProc(c.path)
 	}
-	if !d.Layer.Caches.noXattrAt.Load() {
+	if d.xattrAtAvailable() {
 		err = d.Do(func(fd int) error {
 			v, err = readXattr(func(buf []byte) (int, error) { return c.at(fd, buf) })
 			return err
@@ -82,7 +82,14 @@ func (d *Dir) readXattrs(name string, c xattrCalls) (v []byte, err error) {
 		}
 		d.Layer.Caches.noXattrAt.Store(true)
 	}
+	d.Layer.Counters.Fallbacks.ran(XattrAt)
 	return viaProc(c.link)
+}
+
+// xattrAtAvailable reports whether the *xattrat calls may serve: neither
+// masked (features.go) nor found missing.
+func (d *Dir) xattrAtAvailable() bool {
+	return !d.Layer.Masked.Has(XattrAt) && !d.Layer.Caches.noXattrAt.Load()
 }
 
 // readXattr calls get with a buffer big enough for the value: a first try
@@ -197,7 +204,8 @@ func (d *Dir) isXattrWhiteout(name string) bool {
 // SetxattrAt sets attribute attr of entry name (not "") in d, without
 // following a symlink, with setxattrat(2) (Linux 6.13+): no path through
 // /proc/self/fd to resolve. It reports ok false, having done nothing, on
-// a kernel without the call; the caller then goes through /proc.
+// a kernel without the call or where the layer masks it (features.go);
+// the caller then goes through /proc.
 func (d *Dir) SetxattrAt(name, attr string, data []byte, flags int) (ok bool, err error) {
 	args := xattrArgs{size: uint32(len(data)), flags: uint32(flags)}
 	if len(data) > 0 {
@@ -226,7 +234,8 @@ func (d *Dir) RemovexattrAt(name, attr string) (ok bool, err error) {
 // attr as C strings, and says ok false when the kernel has no such calls
 // (remembered for the layer, as by the reads).
 func (d *Dir) xattrAt(name, attr string, call func(fd int, p, a *byte) syscall.Errno) (ok bool, err error) {
-	if d.Layer.Caches.noXattrAt.Load() {
+	if !d.xattrAtAvailable() {
+		d.Layer.Counters.Fallbacks.ran(XattrAt)
 		return false, nil
 	}
 	p, err := unix.BytePtrFromString(name)
@@ -245,6 +254,7 @@ func (d *Dir) xattrAt(name, attr string, call func(fd int, p, a *byte) syscall.E
 	})
 	if errors.Is(err, unix.ENOSYS) {
 		d.Layer.Caches.noXattrAt.Store(true)
+		d.Layer.Counters.Fallbacks.ran(XattrAt)
 		return false, nil
 	}
 	return true, err

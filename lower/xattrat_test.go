@@ -85,3 +85,44 @@ func TestSetxattrAt(t *testing.T) {
 		t.Errorf("without removexattrat: ok %v, %v", ok, err)
 	}
 }
+
+// TestXattrAtMasked: with the *xattrat calls masked (-o mask=), as on a
+// kernel before Linux 6.13, an entry's attributes are still read, its own
+// and not a symlink's target's, through /proc; SetxattrAt does nothing and
+// says so; each fallback is counted.
+func TestXattrAtMasked(t *testing.T) {
+	base := t.TempDir()
+	if err := os.WriteFile(base+"/f", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := xattr.Set(base+"/f", "user.a", []byte("v")); err != nil {
+		t.Skipf("no user xattrs here: %v", err)
+	}
+	if err := os.Symlink("f", base+"/sym"); err != nil {
+		t.Fatal(err)
+	}
+	l, err := OpenLayerMasked(base, 1, false, XattrAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	d := l.Root()
+	if v, err := d.Getxattr("f", "user.a"); err != nil || string(v) != "v" {
+		t.Errorf("user.a of f: %q, %v", v, err)
+	}
+	if _, err := d.Getxattr("sym", "user.a"); !errors.Is(err, unix.ENODATA) {
+		t.Errorf("user.a of the symlink itself: %v, want ENODATA", err)
+	}
+	if names, err := d.Listxattr("f"); err != nil || len(names) != 1 || names[0] != "user.a" {
+		t.Errorf("list of f: %q, %v", names, err)
+	}
+	if ok, err := d.SetxattrAt("f", "user.b", []byte("b"), 0); ok || err != nil {
+		t.Errorf("setxattrat masked: ok %v, %v; want false, nil", ok, err)
+	}
+	if n := l.Counters.Fallbacks.Of(XattrAt); n != 4 {
+		t.Errorf("%d fallbacks counted, want 4 (three reads, one set)", n)
+	}
+	if l.Caches.noXattrAt.Load() {
+		t.Errorf("the mask was taken for the kernel's answer")
+	}
+}

@@ -67,14 +67,25 @@ type dirStreams struct {
 	opendirs, opened atomic.Uint64
 }
 
-// OpenDir: see "Directories open without a request" above.
+// OpenDir: see "Directories open without a request" above. Where the mask
+// hides FUSE_NO_OPENDIR_SUPPORT (mask.go), as on a kernel before 5.1 that
+// would fail the opendir(3) of an OPENDIR answered ENOSYS, the open is
+// served through the bridge, and its handle serves the READDIRs. So it is
+// with strictatime (listEvery), without FOPEN_CACHE_DIR: every listing
+// must reach goverlay to update the upper directory's atime (atime.go).
 func (r *rawFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	r.dirs.opendirs.Add(1)
-	if !r.listEvery {
+	if !r.listEvery && !r.mask.opendir {
 		return fuse.ENOSYS
 	}
+	yield()
 	st := r.RawFileSystem.OpenDir(cancel, in, out)
-	out.OpenFlags &^= fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
+	if st.Ok() {
+		out.OpenFlags &^= r.mask.open
+		if r.listEvery {
+			out.OpenFlags &^= fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
+		}
+	}
 	return st
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // The kernel goverlay needs.
@@ -23,8 +25,9 @@ import (
 // fallback where it has not:
 //
 //   - open_tree(2) OPEN_TREE_CLONE (5.2) and mount_setattr(2) (5.12): each
-//     layer is opened through a private clone of its mount; else in place
-//     (lower/mounts.go).
+//     layer is opened through a private clone of its mount; without
+//     mount_setattr through a clone that is not private, without
+//     open_tree in place (lower/mounts.go).
 //   - statx(2) STATX_MNT_ID (5.8) and "idmapped" in mountinfo (5.12):
 //     telling an id-mapped layer, for detection only (lower/idmapped.go).
 //   - fchmodat2(2) with AT_SYMLINK_NOFOLLOW (6.6); else the object opened
@@ -33,6 +36,13 @@ import (
 //     writeback cache.
 //   - getxattrat(2)/listxattrat(2) (6.13); else /proc/self/fd paths
 //     (lower/xattr.go).
+//   - FUSE over io_uring (6.14, while the fuse module's enable_uring is
+//     Y); else /dev/fuse (uring.go).
+//
+// -o mask= (mask.go) has goverlay behave as if the kernel lacked any of
+// these, and the FUSE features older kernels lack besides, so that the
+// fallbacks run on a kernel that has them all; the suites run under a
+// kernel profile that way (GOVERLAY_TEST_MASK, tests/testutil/mask.go).
 
 // MinKernel is the oldest Linux release, major and minor, goverlay mounts
 // on (above).
@@ -68,4 +78,14 @@ func kernelVersion(release string) (maj, min int, ok bool) {
 	}
 	min, err2 := strconv.Atoi(digits)
 	return maj, min, err1 == nil && err2 == nil
+}
+
+// runningKernel is the release of the running kernel, as kernelVersion
+// reads it.
+func runningKernel() (maj, min int, ok bool) {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return 0, 0, false
+	}
+	return kernelVersion(unix.ByteSliceToString(u.Release[:]))
 }

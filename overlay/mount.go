@@ -72,6 +72,9 @@ type Options struct {
 	// follows metacopy files found on disk to their data; without it
 	// those are refused, as the kernel refuses them with metacopy=off.
 	Metacopy bool
+	// Mask names kernel features to behave as if the kernel lacked
+	// (-o mask=, mask.go), so that their fallbacks run.
+	Mask Mask
 
 	// FsName is the mount's source as /proc/mounts shows it.
 	FsName string
@@ -132,6 +135,10 @@ type FS struct {
 	// atime is when reads update the upper layer's access times
 	// (atime.go).
 	atime lower.Atime
+	// initIn is the kernel's INIT as goverlay takes it (kernelInit),
+	// once mounted; kernelMinor the protocol minor the kernel sent.
+	initIn      atomic.Pointer[fuse.InitIn]
+	kernelMinor atomic.Uint32
 
 	// overrides is set when a layer keeps owners in an xattr (xperm.go).
 	overrides bool
@@ -190,7 +197,7 @@ func New(o Options) (*FS, error) {
 	if o.Upper != "" {
 		// The upper layer and its workdir, through one clone of their
 		// mount (lower/mounts.go).
-		l, fd, err := lower.OpenUpper(o.Upper, o.Work, f.atime)
+		l, fd, err := lower.OpenUpperMasked(o.Upper, o.Work, f.atime, o.Mask.syscalls())
 		if err != nil {
 			return nil, err
 		}
@@ -198,7 +205,7 @@ func New(o Options) (*FS, error) {
 		f.layers, wfd = append(f.layers, l), fd
 	}
 	for _, p := range o.Lower {
-		l, err := lower.OpenLayer(p, len(f.layers), false)
+		l, err := lower.OpenLayerMasked(p, len(f.layers), false, o.Mask.syscalls())
 		if err != nil {
 			if wfd >= 0 {
 				unix.Close(wfd)
@@ -256,6 +263,12 @@ func New(o Options) (*FS, error) {
 		// them itself, through SETATTR, when NOSEC is off.
 		f.nosec, f.nosecWhy = false, "xattr_permissions keeps modes in an xattr; the kernel removes privileges through SETATTR"
 	}
+	if f.nosec && o.Mask.has(featKillprivV2) {
+		// As on a kernel before 5.11: NOSEC rests on the kill flags
+		// of FUSE_HANDLE_KILLPRIV_V2, without which the kernel removes
+		// privileges itself, through SETATTR and REMOVEXATTR.
+		f.nosec, f.nosecWhy = false, o.Mask.because(featKillprivV2)+": the kernel removes privileges through SETATTR and REMOVEXATTR"
+	}
 	f.io = decideIO(o, f.ReadOnly())
 	f.passthrough.Store(f.io.passthrough)
 	f.writeback.Store(f.io.writeback)
@@ -312,10 +325,13 @@ func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 	f.root = root
 	opts := f.fsOptions()
 	f.raw = &rawFS{RawFileSystem: fs.NewNodeFS(root, opts), stats: &f.stats, noOpen: f.io.noOpen,
-		listEvery: f.atime.Mode == lower.Strictatime && !f.atime.NoDirs}
+		listEvery: f.atime.Mode == lower.Strictatime && !f.atime.NoDirs,
+		mask:      maskedReplies(f.opts.Mask)}
 	switch {
 	case f.opts.NoUring:
 		f.transport = "/dev/fuse (uring=0)"
+	case f.opts.Mask.has(featUring):
+		f.transport = "/dev/fuse (" + f.opts.Mask.because(featUring) + ")"
 	case !uringOffered():
 		f.transport = "/dev/fuse (the kernel does not offer io_uring: enable_uring is not Y)"
 	default:
@@ -344,6 +360,8 @@ func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 		srv.Unmount()
 		return nil, err
 	}
+	f.initIn.Store(f.kernelInit(srv))
+	f.kernelMinor.Store(srv.KernelSettings().Minor)
 	f.granted(srv)
 	f.teachNoOpen(mountpoint)
 	// One notice per mount, with -d or --log: the two decisions that
@@ -479,6 +497,9 @@ func (f *FS) fsOptions() *fs.Options {
 	if !f.io.passthrough {
 		mo.DisabledCapabilities |= fuse.CAP_PASSTHROUGH
 	}
+	// Last, as go-fuse applies it last: what the mask hides is never
+	// asked for (mask.go).
+	mo.DisabledCapabilities |= f.opts.Mask.initFlags()
 	return o
 }
 

@@ -33,6 +33,8 @@ type rawFS struct {
 	// listEvery: directories open with a request, and the kernel
 	// caches no listing (strictatime; diropen.go).
 	listEvery bool
+	// mask is what the mount's mask changes in replies (mask.go).
+	mask replyMask
 	// uring registers its queues once INIT is answered (uring.go).
 	uring *uringServer
 	// inos holds, for each GETATTR in flight, the inode number it
@@ -170,11 +172,16 @@ func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, o
 	return st
 }
 
-// opened counts a regular file's open by the I/O mode the reply gives it:
-// passthrough only where go-fuse registered the backing file with the
-// kernel (it drops FOPEN_PASSTHROUGH when the kernel refuses).
+// opened drops the reply flags the mask hides and counts a regular file's
+// open by the I/O mode the reply gives it: passthrough only where go-fuse
+// registered the backing file with the kernel (it drops FOPEN_PASSTHROUGH
+// when the kernel refuses).
 func (r *rawFS) opened(st fuse.Status, out *fuse.OpenOut) {
-	if !st.Ok() || r.stats == nil {
+	if !st.Ok() {
+		return
+	}
+	out.OpenFlags &^= r.mask.open
+	if r.stats == nil {
 		return
 	}
 	if out.OpenFlags&fuse.FOPEN_PASSTHROUGH != 0 {
@@ -196,9 +203,15 @@ func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out
 	return r.RawFileSystem.Mknod(cancel, in, name, out)
 }
 
-// Tmpfile: O_TMPFILE carries a umask as CREATE does.
+// Tmpfile: O_TMPFILE carries a umask as CREATE does. Where the mask hides
+// FUSE_TMPFILE, ENOSYS: the kernel then answers every O_TMPFILE open of
+// the mount EOPNOTSUPP (fuse_tmpfile(), fc->no_tmpfile), as one without
+// the request does.
 func (r *rawFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
 	yield()
+	if r.mask.noTmpfile {
+		return fuse.ENOSYS
+	}
 	defer r.mark(cancel, reqMark{umask: in.Umask})()
 	st := r.RawFileSystem.Tmpfile(cancel, in, out)
 	r.opened(st, &out.OpenOut)
@@ -252,4 +265,19 @@ func (r *rawFS) afterRelease(ctx context.Context, fn func()) {
 		}
 	}
 	fn()
+}
+
+// replyMask is what a mask changes in the replies rawFS gives (mask.go).
+type replyMask struct {
+	// open are the FOPEN_* flags dropped from open replies.
+	open uint32
+	// opendir: OPENDIR is served, not answered ENOSYS (diropen.go).
+	opendir bool
+	// noTmpfile: TMPFILE is answered ENOSYS.
+	noTmpfile bool
+}
+
+// maskedReplies is what m changes in replies.
+func maskedReplies(m Mask) replyMask {
+	return replyMask{open: m.openFlags(), opendir: m.has(featNoOpendir), noTmpfile: m.has(featTmpfile)}
 }

@@ -62,6 +62,17 @@ type Stats struct {
 	// io_uring.
 	Transport    string `json:"transport"`
 	RingRequests uint64 `json:"requests_over_io_uring"`
+	// FuseProtocol is the FUSE protocol version of the kernel's INIT, as
+	// goverlay takes it (capped by a profile's, mask.go); KernelFeatures
+	// the features of mask.go's table that the kernel has and the mask
+	// leaves; Mask the -o mask= value, MaskedFeatures what it hides,
+	// implied features included; Fallbacks how often each system call's
+	// fallback ran, for the kernel's lack or the mask's.
+	FuseProtocol   string            `json:"fuse_protocol"`
+	KernelFeatures []string          `json:"kernel_features"`
+	Mask           string            `json:"mask"`
+	MaskedFeatures []string          `json:"masked_features"`
+	Fallbacks      map[string]uint64 `json:"fallbacks"`
 	// OpensPassthrough and OpensCached count file opens by the I/O mode
 	// the kernel got: passthrough only where the reply carried a
 	// registered backing file.
@@ -135,6 +146,10 @@ func (f *FS) Stats() Stats {
 	if f.uring != nil {
 		s.Transport = f.uring.Why()
 	}
+	s.FuseProtocol = f.protocolReport()
+	s.KernelFeatures = f.featureReport()
+	s.Mask, s.MaskedFeatures = f.opts.Mask.String(), f.opts.Mask.Names()
+	s.Fallbacks = f.fallbackReport()
 	for _, l := range f.layers {
 		s.LayerAnswers += l.Counters.Answered.Load()
 		s.LayerProbes += l.Counters.Asked.Load()

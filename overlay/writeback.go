@@ -79,28 +79,51 @@ type ioMode struct {
 }
 
 // decideIO settles the write data path of a mount from its options and
-// what the kernel will grant this process.
+// what the kernel will grant this process. What the mask hides (mask.go)
+// is off whatever the options say, and the reason says so.
 func decideIO(o Options, readOnly bool) ioMode {
+	wbOff, ptOff := "writeback=0", "passthrough=off"
+	if o.Mask.has(featNoOpen) {
+		// The kernel would take an OPEN answered ENOSYS for a
+		// failed open (fuse_file_open() before FUSE_NO_OPEN_SUPPORT).
+		o.OpenRequests = true
+	}
+	if o.Mask.has(featWritebackCache) {
+		o.Writeback, wbOff = WritebackOff, o.Mask.because(featWritebackCache)
+	}
+	if o.Mask.has(featPassthrough) {
+		o.Passthrough, ptOff = false, o.Mask.because(featPassthrough)
+	}
+	m := decideIOAs(o, readOnly, wbOff, ptOff)
+	if o.Mask.has(featNoOpen) && !readOnly {
+		m.why = o.Mask.because(featNoOpen) + ": every open is a request; " + m.why
+	}
+	return m
+}
+
+// decideIOAs is decideIO with the words that say why the writeback cache
+// and passthrough are off.
+func decideIOAs(o Options, readOnly bool, wbOff, ptOff string) ioMode {
 	switch {
 	case readOnly:
 		// Nothing is written, and passthrough serves only upper
 		// files.
 		return ioMode{noOpen: !o.OpenRequests, why: "read-only mount"}
 	case !o.OpenRequests && o.Writeback == WritebackOff:
-		return ioMode{noOpen: true, why: "noopen=1 (no passthrough: it is set up at an OPEN), writeback=0"}
+		return ioMode{noOpen: true, why: "noopen=1 (no passthrough: it is set up at an OPEN), " + wbOff}
 	case !o.OpenRequests:
 		return ioMode{noOpen: true, writeback: true, why: "noopen=1: no passthrough, which is set up at an OPEN"}
 	case o.Writeback == WritebackOn:
 		return ioMode{writeback: true, why: "writeback=1"}
 	case o.Writeback == WritebackOff && !o.Passthrough:
-		return ioMode{why: "writeback=0, passthrough=off"}
+		return ioMode{why: wbOff + ", " + ptOff}
 	case o.Writeback == WritebackOff:
 		if ok, why := passthroughGrantable(); !ok {
-			return ioMode{why: "writeback=0; passthrough will not be granted: " + why}
+			return ioMode{why: wbOff + "; passthrough will not be granted: " + why}
 		}
-		return ioMode{passthrough: true, why: "writeback=0"}
+		return ioMode{passthrough: true, why: wbOff}
 	case !o.Passthrough:
-		return ioMode{writeback: true, why: "passthrough=off"}
+		return ioMode{writeback: true, why: ptOff}
 	}
 	if ok, why := passthroughGrantable(); !ok {
 		return ioMode{writeback: true, why: "passthrough will not be granted: " + why}
@@ -154,7 +177,7 @@ func hasCapSysAdmin() bool {
 // (the kernel refuses without CAP_SYS_ADMIN in the initial user namespace,
 // or without CONFIG_FUSE_PASSTHROUGH). Opens then do not ask in vain.
 func (f *FS) granted(srv *fuse.Server) {
-	if k := srv.KernelSettings(); k != nil && !f.opts.NoACL && k.Flags64()&fuse.CAP_POSIX_ACL != 0 {
+	if k := f.kernelInit(srv); k != nil && !f.opts.NoACL && k.Flags64()&fuse.CAP_POSIX_ACL != 0 {
 		f.kernelACLs.Store(true)
 	}
 	if f.io.passthrough {
@@ -167,7 +190,7 @@ func (f *FS) granted(srv *fuse.Server) {
 	if !f.io.writeback {
 		return
 	}
-	if k := srv.KernelSettings(); k == nil || k.Flags64()&fuse.CAP_WRITEBACK_CACHE == 0 {
+	if k := f.kernelInit(srv); k == nil || k.Flags64()&fuse.CAP_WRITEBACK_CACHE == 0 {
 		f.io.writeback = false
 		f.io.why += "; the kernel did not offer the writeback cache"
 		f.writeback.Store(false)

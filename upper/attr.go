@@ -1,7 +1,6 @@
 package upper
 
 import (
-	"errors"
 	"strconv"
 
 	"github.com/pkg/xattr"
@@ -23,16 +22,16 @@ func nameOrDot(name string) string {
 }
 
 // Chmod changes the mode of name in d (d itself for ""), never of what a
-// symlink there points to: fchmodat2(AT_SYMLINK_NOFOLLOW), or before Linux
-// 6.6 the object opened O_PATH|O_NOFOLLOW and changed through its /proc
-// link. Linux gives symlinks no mode of their own: EOPNOTSUPP.
+// symlink there points to: fchmodat2(AT_SYMLINK_NOFOLLOW) (lower.Dir
+// Fchmodat2), or before Linux 6.6 the object opened O_PATH|O_NOFOLLOW and
+// changed through its /proc link. Linux gives symlinks no mode of their
+// own: EOPNOTSUPP.
 func Chmod(d *lower.Dir, name string, mode uint32) error {
 	return d.Do(func(fd int) error {
 		if name == "" {
 			return unix.Fchmodat(fd, ".", mode, 0)
 		}
-		err := unix.Fchmodat(fd, name, mode, unix.AT_SYMLINK_NOFOLLOW)
-		if !errors.Is(err, unix.EOPNOTSUPP) {
+		if ok, err := d.Fchmodat2(fd, name, mode); ok {
 			return err
 		}
 		pfd, err := unix.Openat(fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)

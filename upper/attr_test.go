@@ -14,7 +14,15 @@ import (
 // TestChmodNoFollow: a chmod by name in a layer never changes what a
 // symlink there points to (the name may have been replaced by one since
 // the node was located); a symlink has no mode of its own: EOPNOTSUPP.
+// The same with fchmodat2(2) masked, as on a kernel before Linux 6.6:
+// the fallback through /proc runs, and is counted.
 func TestChmodNoFollow(t *testing.T) {
+	for _, masked := range []lower.Features{0, lower.Fchmodat2} {
+		t.Run("masked="+masked.String(), func(t *testing.T) { testChmodNoFollow(t, masked) })
+	}
+}
+
+func testChmodNoFollow(t *testing.T, masked lower.Features) {
 	base := t.TempDir()
 	canary := filepath.Join(base, "canary")
 	if err := os.WriteFile(canary, nil, 0o600); err != nil {
@@ -30,7 +38,7 @@ func TestChmodNoFollow(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(layer, "file"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l, err := lower.OpenLayer(layer, 0, true)
+	l, err := lower.OpenLayerMasked(layer, 0, true, masked)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +60,15 @@ func TestChmodNoFollow(t *testing.T) {
 	}
 	if st, err := os.Stat(layer); err != nil || st.Mode().Perm() != 0o750 {
 		t.Errorf("chmod of the directory gave %v %v, want 0750", st.Mode(), err)
+	}
+	// Both named chmods took the fallback where it was masked; none
+	// did where the kernel has the call (Linux 6.6+).
+	n := l.Counters.Fallbacks.Of(lower.Fchmodat2)
+	switch {
+	case masked.Has(lower.Fchmodat2) && n != 2:
+		t.Errorf("fchmodat2 masked: %d fallbacks counted, want 2", n)
+	case !masked.Has(lower.Fchmodat2) && n != 0 && !l.Caches.NoFchmodat2():
+		t.Errorf("fchmodat2 not masked: %d fallbacks counted on a kernel that has it", n)
 	}
 }
 

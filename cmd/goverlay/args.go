@@ -28,6 +28,7 @@ type config struct {
 	Writeback        overlay.WritebackMode
 	NoACL            bool
 	NoUring          bool
+	Mask             overlay.Mask   // mask=
 	RedirectDirOff   bool           // redirect_dir=off|follow|nofollow
 	redirectGiven    string         // the value of redirect_dir=, if given
 	Metacopy         bool           // metacopy=on

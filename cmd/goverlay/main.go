@@ -139,6 +139,7 @@ func overlayOptions(cfg *config, euid int, logger *log.Logger) overlay.Options {
 		Writeback:        cfg.Writeback,
 		NoACL:            cfg.NoACL,
 		NoUring:          cfg.NoUring,
+		Mask:             cfg.Mask,
 		RedirectDirOff:   cfg.RedirectDirOff,
 		Metacopy:         cfg.Metacopy,
 		XattrPermissions: cfg.XattrPermissions,

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/cpuguy83/go-md2man/v2/md2man"
+
+	"github.com/goverlay/goverlay/overlay"
 )
 
 const (
@@ -84,6 +86,25 @@ func TestManPageRenders(t *testing.T) {
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the rendered man page lacks %q", want)
+		}
+	}
+}
+
+// TestManPageMaskFeatures: every feature -o mask= takes, and the profiles
+// of the container hosts' kernels, are described under KERNEL FEATURES.
+func TestManPageMaskFeatures(t *testing.T) {
+	src, err := os.ReadFile(manSource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(src), "\n# KERNEL FEATURES\n")
+	if !ok {
+		t.Fatal("docs/goverlay.1.md has no KERNEL FEATURES section")
+	}
+	section, _, _ = strings.Cut(section, "\n# ")
+	for _, n := range append(overlay.FeatureNames(), "linux-5.11", "linux-5.14", "linux-5.15", "linux-6.1", "linux-6.8") {
+		if !strings.Contains(section, "**"+strings.ReplaceAll(n, "_", `\_`)+"**") {
+			t.Errorf("KERNEL FEATURES does not describe %s", n)
 		}
 	}
 }

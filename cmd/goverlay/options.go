@@ -80,6 +80,7 @@ var optionTable = []optionInfo{
 	{"squash_to_gid", "GID", optSupported, "show every file's group as GID; wins over squash_to_root (fuse-overlayfs)"},
 	{"xattr_permissions", "0|1|2", optSupported, `keep owners and modes in an xattr instead of for real: 0 (default) for real, 1 in "security.fuseoverlayfs.override_stat", 2 in "user.containers.override_stat" (containers/storage passes it with force_mask; fuse-overlayfs)`},
 	{"metacopy", "on|off", optSupported, "on: chown, chmod, utimes, xattr changes, link and rename of a lower regular file copy up its metadata only, in the kernel overlay's format (an empty overlay.metacopy xattr, overlay.origin, and an overlay.redirect where it moves); its data is read from the lower file until the first write, open for writing or truncate copies it in. Needs redirect_dir=on, which it turns on; refused with userxattr, as the kernel refuses it. off (default): metacopy files found on disk are refused with EPERM, as the kernel refuses them"},
+	{"mask", "PROFILE|FEATURE[+...]", optSupported, `a diagnostic: behave as if the kernel lacked the named features, so that goverlay's fallbacks for them run on a kernel that has them; a profile, linux-MAJOR.MINOR (linux-5.14, linux-5.15, linux-6.1, linux-6.8, any from 5.11), names every feature that came after that release; features and profiles are joined with "+" (man page: KERNEL FEATURES)`},
 	{"redirect_dir", "on|off|follow|nofollow", optSupported, "on (default): a directory with lower instances is renamed in place with an overlay.redirect xattr, written as the kernel writes it with redirect_dir=on (its old name when it stays in its parent, else its path in the merged view; over 256 bytes, the kernel's redirect_max, EXDEV); off, follow, nofollow: such renames fail with EXDEV (mv falls back to copying). Redirects on disk are always followed, layer by layer through any number of layers; a malformed one fails the lookup of its directory with EINVAL or EACCES, as on the kernel, and is logged"},
 
 	{"rw", "", optKernel, "default; dropped"},
@@ -228,6 +229,11 @@ func (st *optState) apply(item string) error {
 		return failf(exitUsage, "option %q has no name; write KEY or KEY=VALUE", unescape(item))
 	}
 	info := optionByKey[key]
+	if info == nil && maskName(key) {
+		// mask=passthrough,tmpfile would otherwise mask passthrough
+		// alone and ignore "tmpfile" with a warning.
+		return failf(exitUsage, "unknown option %q; the names of mask= are joined with \"+\", not \",\": write mask=A+%s", key, key)
+	}
 	if info == nil {
 		if near := typoOf(key); near != "" {
 			return failf(exitUsage, "unknown option %q; did you mean %s? fix the option string", key, near)
@@ -248,6 +254,9 @@ func (st *optState) apply(item string) error {
 		return failf(exitUsage, "option %q takes no value (got %q); write just %s", key, unescape(item), key)
 	}
 	if info.Arg != "" && (!hasValue || raw == "") {
+		if !hasValue && maskName(key) {
+			return failf(exitUsage, "option %q needs a value, as in %s=%s; the names of mask= are joined with \"+\", not \",\": write mask=A+%s", key, key, info.Arg, key)
+		}
 		return failf(exitUsage, "option %q needs a value, as in %s=%s", key, key, info.Arg)
 	}
 	if info.Arg != "" {
@@ -321,6 +330,12 @@ func (st *optState) set(key, raw string) error {
 			return err
 		}
 		c.NoUring = !on
+	case "mask":
+		m, err := overlay.ParseMask(unescape(raw))
+		if err != nil {
+			return failf(exitUsage, "option \"mask\": %v", err)
+		}
+		c.Mask = m
 	case "noacl":
 		c.NoACL = true
 	case "static_nlink":
@@ -375,6 +390,13 @@ func (st *optState) set(key, raw string) error {
 		st.flags = append(st.flags, key)
 	}
 	return nil
+}
+
+// maskName reports whether key is a name mask= takes (a profile or a
+// feature), given as an option of its own.
+func maskName(key string) bool {
+	_, err := overlay.ParseMask(key)
+	return err == nil
 }
 
 // switchValue reads the value of an option that turns something on or off,

@@ -44,6 +44,9 @@ func TestParseArgs(t *testing.T) {
 		{"fsname beats source", []string{"src", "/m", "-o", "lowerdir=/a,fsname=mine"}, func(c *config) string {
 			return diff(c.FsName, "mine")
 		}},
+		{"mask of a profile and a feature", []string{"-o", "lowerdir=/a,mask=linux-6.8+fchmodat2", "/m"}, func(c *config) string {
+			return diff(c.Mask.String(), "linux-6.8+fchmodat2", c.Mask.Names(), []string{"passthrough", "allow_idmap", "uring", "fchmodat2", "xattrat"})
+		}},
 		{"-o accumulates, attached form", []string{"-olowerdir=/a", "-o", "upperdir=/u", "-oworkdir=/w", "/m"}, func(c *config) string {
 			return diff(c.Lower, []string{"/a"}, c.Upper, "/u", c.Work, "/w")
 		}},
@@ -250,6 +253,9 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"-o", "lowerdir=/a,metacopy=on,redirect_dir=follow", "/m"}, `option "metacopy=on" needs redirect_dir=on, not redirect_dir=follow; drop one of them`},
 		{[]string{"-o", "lowerdir=/a,redirect_dir=off", "-o", "metacopy=on", "/m"}, `option "metacopy=on" needs redirect_dir=on, not redirect_dir=off; drop one of them`},
 		{[]string{"-o", "lowerdir=/a,userxattr,metacopy=on", "/m"}, `option "metacopy=on" cannot be used with userxattr (the kernel overlay refuses it too: unprivileged users could forge metacopy files); drop one of them`},
+		{[]string{"-o", "lowerdir=/a,mask=passthrough,tmpfile", "/m"}, `unknown option "tmpfile"; the names of mask= are joined with "+", not ",": write mask=A+tmpfile`},
+		{[]string{"-o", "lowerdir=/a,mask=tmpfile,passthrough", "/m"}, `option "passthrough" needs a value, as in passthrough=on|off; the names of mask= are joined with "+", not ",": write mask=A+passthrough`},
+		{[]string{"-o", "lowerdir=/a,mask=linux-5.15,linux-6.1", "/m"}, `unknown option "linux-6.1"; the names of mask= are joined with "+", not ",": write mask=A+linux-6.1`},
 	}
 	for _, tc := range tests {
 		cfg, err := parseArgs(tc.args)
@@ -401,6 +407,9 @@ func TestSplitHelpers(t *testing.T) {
 // sampleValue is a valid value for an option: the first alternative of
 // "a|b|c", else a path.
 func sampleValue(o optionInfo) string {
+	if o.Key == "mask" {
+		return "linux-5.15"
+	}
 	if first, _, found := strings.Cut(o.Arg, "|"); found {
 		return first
 	}

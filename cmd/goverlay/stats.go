@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -93,6 +94,11 @@ func statsRows(s overlay.Stats) []statsRow {
 		{"noopen", onOff[s.NoOpen], "whether the kernel opens regular files without asking goverlay (noopen=): then opens are not counted below"},
 		{"transport", s.Transport, "how requests reach goverlay: io_uring, one queue per CPU (uring=, when the kernel offers it), or /dev/fuse"},
 		{"requests_over_io_uring", n(s.RingRequests), "requests answered over io_uring"},
+		{"fuse_protocol", s.FuseProtocol, "the FUSE protocol version of the kernel's INIT, as goverlay takes it (a mask= profile caps it at its release's)"},
+		{"kernel_features", list(s.KernelFeatures), "the kernel features goverlay uses where they are there (man page: KERNEL FEATURES) that this kernel has and the mask leaves"},
+		{"mask", orNone(s.Mask), "the mask= option: features to behave as if the kernel lacked, a diagnostic"},
+		{"masked_features", list(s.MaskedFeatures), "the features the mask hides: goverlay neither asks the kernel for them nor uses them, and runs its fallbacks"},
+		{"fallbacks", counts(s.Fallbacks), "how often goverlay's fallback for a system call ran, because the kernel lacks the call or the mask hides it"},
 		{"opens_passthrough", n(s.OpensPassthrough), "file opens the kernel reads and writes directly (FUSE passthrough)"},
 		{"opens_through_goverlay", n(s.OpensCached), "file opens whose reads and writes go through goverlay"},
 		{"lookups", n(s.Lookups), "name lookups the kernel asked goverlay for"},
@@ -107,6 +113,31 @@ func statsRows(s overlay.Stats) []statsRow {
 		{"listing_entries", strconv.Itoa(s.ListingEntries), "entries the listing cache holds now"},
 		{"internal_errors", n(s.InternalErrors), "requests answered EIO because a consistency check failed (logged with a stack): a bug to report"},
 	}...)
+}
+
+// list is names as a row's value.
+func list(names []string) string { return orNone(strings.Join(names, " ")) }
+
+// orNone is v, or "none" for "".
+func orNone(v string) string {
+	if v == "" {
+		return "none"
+	}
+	return v
+}
+
+// counts is a name-to-count map as a row's value, in the names' order.
+func counts(m map[string]uint64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, k+" "+strconv.FormatUint(m[k], 10))
+	}
+	return orNone(strings.Join(parts, ", "))
 }
 
 // writeStats prints s as text.

@@ -118,6 +118,27 @@ func TestBadInput(t *testing.T) {
 		{"xattr-permissions-empty", func(t *testing.T, lower, mnt, base string) (string, []string) {
 			return mnt, []string{"-o", "lowerdir=" + lower + ",xattr_permissions=", mnt}
 		}, []string{"xattr_permissions", "needs a value"}},
+		// A mask names profiles and features joined with "+"; an unknown
+		// name is refused with the names it takes.
+		{"mask-unknown-feature", func(t *testing.T, lower, mnt, base string) (string, []string) {
+			u, w := mkdirs(t, base, "upper", "work")
+			return mnt, []string{"-o", "lowerdir=" + lower + ",upperdir=" + u + ",workdir=" + w + ",mask=passthrough+warp_drive", mnt}
+		}, []string{`mask`, `"warp_drive"`, "known", "linux-5.15", "linux-6.1", "linux-6.8", "passthrough", "uring", "fchmodat2", "xattrat", `"+"`}},
+		{"mask-profile-too-old", func(t *testing.T, lower, mnt, base string) (string, []string) {
+			return mnt, []string{"-o", "lowerdir=" + lower + ",mask=linux-4.19", mnt}
+		}, []string{"linux-4.19", "5.11", "known", "linux-5.15"}},
+		{"mask-comma-separated", func(t *testing.T, lower, mnt, base string) (string, []string) {
+			// The comma ends the option: "uring" is then an option
+			// of its own, which needs a value.
+			return mnt, []string{"-o", "lowerdir=" + lower + ",mask=passthrough,uring", mnt}
+		}, []string{"uring", "needs a value", `joined with "+"`}},
+		{"mask-comma-separated-feature", func(t *testing.T, lower, mnt, base string) (string, []string) {
+			// Not a warning and a mount that masks passthrough alone.
+			return mnt, []string{"-o", "lowerdir=" + lower + ",mask=passthrough,tmpfile", mnt}
+		}, []string{`"tmpfile"`, `joined with "+"`, "mask=A+tmpfile"}},
+		{"mask-empty", func(t *testing.T, lower, mnt, base string) (string, []string) {
+			return mnt, []string{"-o", "lowerdir=" + lower + ",mask=", mnt}
+		}, []string{"mask", "needs a value"}},
 		{"malformed-dangling-o", func(t *testing.T, lower, mnt, base string) (string, []string) {
 			return mnt, []string{mnt, "-o"}
 		}, []string{"-o|option"}},

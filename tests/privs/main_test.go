@@ -266,26 +266,33 @@ func mountPair(t testing.TB, goOpts string, build func(l *testutil.Layer)) pair 
 	return p
 }
 
+// The helpers below say what goOpts give under the mask of
+// GOVERLAY_TEST_MASK (testutil.Hides), which turns off what it hides
+// whatever the options ask.
+
 // nosecOn says whether goOpts ask for nosec=on.
-func nosecOn(goOpts string) bool { return strings.Contains(goOpts, "nosec=on") }
+func nosecOn(goOpts string) bool {
+	return strings.Contains(goOpts, "nosec=on") && !testutil.Hides("killpriv_v2")
+}
 
 // noOpen says whether goOpts leave files opening without a request
 // (noopen=1, the default; passthrough=on implies noopen=0).
 func noOpen(goOpts string) bool {
-	return !strings.Contains(goOpts, "noopen=0") && !strings.Contains(goOpts, "passthrough=on")
+	return !strings.Contains(goOpts, "noopen=0") && !strings.Contains(goOpts, "passthrough=on") && !testutil.Hides("no_open")
 }
 
 // passthroughOn says whether goOpts leave passthrough on: with OPEN
 // requests, where neither passthrough=off nor writeback=1 turns it off.
 func passthroughOn(goOpts string) bool {
-	return !noOpen(goOpts) && !strings.Contains(goOpts, "passthrough=off") && !strings.Contains(goOpts, "writeback=1")
+	return !noOpen(goOpts) && !strings.Contains(goOpts, "passthrough=off") && !strings.Contains(goOpts, "writeback=1") &&
+		!testutil.Hides("passthrough")
 }
 
 // writebackOn says whether goOpts give the writeback cache: asked for, or
 // the default where passthrough is off.
 func writebackOn(goOpts string) bool {
-	return strings.Contains(goOpts, "writeback=1") ||
-		!passthroughOn(goOpts) && !strings.Contains(goOpts, "writeback=0")
+	return !testutil.Hides("writeback_cache") && (strings.Contains(goOpts, "writeback=1") ||
+		!passthroughOn(goOpts) && !strings.Contains(goOpts, "writeback=0"))
 }
 
 // combos are the mount options of the matrix: {nosec on, off} × {the
@@ -319,7 +326,7 @@ func checkMountMode(t testing.TB, s testutil.Stats, goOpts string, rootless bool
 	if rootless {
 		// Passthrough is never granted: the writeback cache unless
 		// writeback=0.
-		wantWB, wantPT = !strings.Contains(goOpts, "writeback=0"), false
+		wantWB, wantPT = !strings.Contains(goOpts, "writeback=0") && !testutil.Hides("writeback_cache"), false
 	}
 	if s.NoOpen != noOpen(goOpts) {
 		t.Errorf("-o %s: goverlay stats says noopen %v", goOpts, s.NoOpen)

@@ -123,7 +123,7 @@ func runRootlessMatrix(t *testing.T, goOpts string) {
 
 	cmd := exec.Command("setpriv", "--reuid="+strconv.Itoa(uid), "--regid="+strconv.Itoa(gid), "--clear-groups",
 		"unshare", "-Urm", "sh", "-c", nsScript)
-	cmd.Env = append(os.Environ(), "GOVERLAY="+testutil.Binary(t), "GOPTS="+goOpts, "PIDFILE="+pidfile,
+	cmd.Env = append(os.Environ(), "GOVERLAY="+testutil.Binary(t), "GOPTS="+testutil.MaskOpt(t, goOpts), "PIDFILE="+pidfile,
 		"GL="+gs.lower, "GU="+gs.upper, "GW="+gs.work, "GMNT="+gmnt,
 		"KL="+ks.lower, "KU="+ks.upper, "KW="+ks.work, "KMNT="+kmnt, "GORACE=atexit_sleep_ms=0")
 	stdin, err := cmd.StdinPipe()

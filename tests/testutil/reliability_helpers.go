@@ -71,6 +71,9 @@ func MountWith(t testing.TB, o Options, c MountConfig) *Mounted {
 		m.LogFile = filepath.Join(base, "daemon.log")
 		args = append(args, "--log", m.LogFile)
 	}
+	// Before the test's own options, so that a mask= of the test's
+	// wins (the last one does).
+	args = append(args, MaskArgs(t)...)
 	args = append(args, o.Extra...)
 	args = append(args, m.Dir)
 

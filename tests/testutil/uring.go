@@ -15,10 +15,12 @@ const EnableUring = uringswitch.Param
 // uringMounts makes every Mount offer io_uring (OfferUring).
 var uringMounts atomic.Bool
 
-// NeedUring skips the test where the kernel has no FUSE over io_uring.
+// NeedUring skips the test where the kernel has no FUSE over io_uring, or
+// GOVERLAY_TEST_MASK hides it.
 func NeedUring(t testing.TB) {
 	t.Helper()
 	RequireRoot(t)
+	SkipIfMasked(t, "uring", "serving requests over io_uring")
 	if ok, why := uringswitch.Available(); !ok {
 		t.Skip(why)
 	}

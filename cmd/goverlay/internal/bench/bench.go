@@ -238,9 +238,9 @@ func expandTargets(names []string) ([]string, error) {
 	for _, n := range names {
 		if n == "all" {
 			// The rootless targets are asked for by name or with
-			// --rootless.
+			// --rootless, the kernel profiles' by name.
 			for _, t := range allTargets {
-				want[t.name] = want[t.name] || (!t.rootless && !t.baseline)
+				want[t.name] = want[t.name] || (!t.rootless && !t.baseline && !t.named)
 			}
 			continue
 		}

@@ -85,12 +85,12 @@ func TestParseFlags(t *testing.T) {
 	}
 	var rooted []string
 	for _, t := range allTargets {
-		if !t.rootless && !t.baseline {
+		if !t.rootless && !t.baseline && !t.named {
 			rooted = append(rooted, t.name)
 		}
 	}
 	if strings.Join(c.Targets, ",") != strings.Join(rooted, ",") || slices.Contains(c.Targets, "goverlay-baseline") || strings.Join(c.Workloads, ",") != strings.Join(defaults, ",") {
-		t.Errorf("defaults: targets %v, workloads %v; want all targets but the rootless ones and the baseline, and the default group", c.Targets, c.Workloads)
+		t.Errorf("defaults: targets %v, workloads %v; want all targets but the rootless ones, the baseline and the kernel profiles', and the default group", c.Targets, c.Workloads)
 	}
 	// --rootless puts each target's rootless form in its place.
 	if c, err := ParseFlags([]string{"--rootless", "--targets", "native,kernel,fuse-overlayfs,goverlay,goverlay-rootless"}); err != nil {

@@ -44,6 +44,8 @@ type targetDef struct {
 	// uring: the kernel offers FUSE over io_uring while the target
 	// mounts (offerUring).
 	uring bool
+	// named: run only when asked for by name; "all" leaves it out.
+	named bool
 }
 
 // binary is the goverlay executable the target mounts.
@@ -72,6 +74,13 @@ var allTargets = []*targetDef{
 	{name: "goverlay-opens-rootless", kind: kindGoverlay, rootless: true, opts: []string{"noopen=0"}, desc: "goverlay -o userxattr,noopen=0 rootless: every open a request"},
 	{name: "goverlay-rootless-writethrough", kind: kindGoverlay, rootless: true, opts: []string{"writeback=0"}, desc: "goverlay -o userxattr,writeback=0 rootless: every write a request"},
 	{name: "goverlay-nosec-off-nopassthrough", kind: kindGoverlay, opts: []string{"nosec=off", "noopen=0", "passthrough=off"}, desc: "goverlay -o nosec=off,noopen=0,passthrough=off"},
+	// goverlay as it runs on the kernels container hosts have: the
+	// features a kernel profile hides are neither asked for nor used
+	// (man page: KERNEL FEATURES); asked for by name.
+	{name: "goverlay-5.15", kind: kindGoverlay, named: true, opts: []string{"mask=linux-5.15"}, desc: "goverlay -o mask=linux-5.15: as on Ubuntu 22.04's kernel (and RHEL 9's, upstream): no passthrough, io_uring, FOPEN_NOFLUSH, fchmodat2 or *xattrat"},
+	{name: "goverlay-5.15-nosec-off", kind: kindGoverlay, named: true, opts: []string{"mask=linux-5.15", "nosec=off"}, desc: "goverlay -o mask=linux-5.15,nosec=off"},
+	{name: "goverlay-6.1", kind: kindGoverlay, named: true, opts: []string{"mask=linux-6.1"}, desc: "goverlay -o mask=linux-6.1: as on Debian 12's kernel: no passthrough, io_uring, fchmodat2 or *xattrat"},
+	{name: "goverlay-6.8", kind: kindGoverlay, named: true, opts: []string{"mask=linux-6.8"}, desc: "goverlay -o mask=linux-6.8: as on Ubuntu 24.04's kernel: no passthrough, io_uring or *xattrat"},
 }
 
 func findTarget(name string) *targetDef {
