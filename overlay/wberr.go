@@ -44,12 +44,13 @@ package overlay
 //     failed WRITE, so the kernel evicts the inode with its pages once
 //     the last descriptor is closed (FUSE inodes are not kept unused,
 //     fuse_super_operations' drop_inode), and the next lookup shows the
-//     upper file as it is, or the lower file when its copy-up failed. It
-//     also invalidates the pages from X on (FUSE_NOTIFY_INVAL_INODE),
-//     after the answer: the kernel waits for the end of a page's
-//     writeback to invalidate it. While a descriptor stays open, the
-//     kernel keeps its size; reads beyond the upper file's end give
-//     zeros until it is closed.
+//     upper file as it is, or the lower file when its copy-up failed.
+//     While a descriptor stays open, the kernel keeps the pages and the
+//     size. Invalidating the pages (FUSE_NOTIFY_INVAL_INODE) would not
+//     help: it can only follow the answer (the kernel waits for the end
+//     of a page's writeback to drop it), and it holds the inode while it
+//     runs, so a close(2) in that window leaves the inode cached, stale
+//     size included, for the next lookup to find.
 //
 // write(2) itself cannot fail with ENOSPC under the writeback cache: it
 // never reaches the daemon. writeback=0 sends every write(2) through
@@ -109,7 +110,7 @@ func (n *node) cacheWrite(ctx context.Context, fd int, data [][]byte, off int64,
 	}
 	done, failedAt, err := n.cacheWriteLocked(fd, data, off, strip, m.unique)
 	if failedAt >= 0 {
-		n.dropUnwritten(failedAt)
+		n.dropUnwritten()
 	}
 	return done, err
 }
@@ -215,7 +216,7 @@ func (n *node) writeFailed(ctx context.Context, off int64, err error) {
 	unlock := n.timesLock()
 	n.wbFailedLocked(-1, off, n.ofs.raw.seen(ctx).unique, err)
 	unlock()
-	n.dropUnwritten(off)
+	n.dropUnwritten()
 }
 
 // wbLocked returns n's write-back record, made if create and there is
@@ -242,11 +243,11 @@ func (n *node) wbReset() {
 	r.timesMu.Unlock()
 }
 
-// dropUnwritten makes the kernel let go of what it shows of n beyond at,
-// where the upper file's data stops: its directory entries now (bounded
-// by wbEntryWait), its pages from at on after this WRITE is answered.
-func (n *node) dropUnwritten(at int64) {
-	go n.NotifyContent(at&^int64(pageSize-1), 0)
+// dropUnwritten makes the kernel let go of what it shows of n beyond the
+// upper file's data once the file is closed: it drops n's directory
+// entry now (bounded by wbEntryWait), so that the last close evicts the
+// inode.
+func (n *node) dropUnwritten() {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

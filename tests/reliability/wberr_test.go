@@ -20,9 +20,13 @@ import (
 // root), and writes sent through goverlay.
 var wbModes = []string{"", "noopen=0", "writeback=0"}
 
-// wbTarget is the kernel overlay ("kernel") or goverlay with the option o.
+// wbTarget names the target of mode: the kernel overlay ("kernel"), or
+// goverlay with the options mode.
 func wbTarget(mode string) string {
-	if mode == "" {
+	switch mode {
+	case "kernel":
+		return "kernel"
+	case "":
 		return "goverlay"
 	}
 	return "goverlay " + mode
@@ -140,9 +144,6 @@ func TestFullUpperWrite(t *testing.T) {
 	const size = 30 << 20
 	for _, mode := range append([]string{"kernel"}, wbModes...) {
 		target := wbTarget(mode)
-		if mode == "kernel" {
-			target = "kernel"
-		}
 		t.Run(target, func(t *testing.T) {
 			t.Parallel()
 			s := fullStack(t, testutil.TmpfsSize(t, "20m"), nil)
@@ -177,9 +178,6 @@ func TestQuotaWrite(t *testing.T) {
 	const size = 30 << 20
 	for _, mode := range append([]string{"kernel"}, wbModes...) {
 		target := wbTarget(mode)
-		if mode == "kernel" {
-			target = "kernel"
-		}
 		t.Run(target, func(t *testing.T) {
 			base := testutil.LoopFS(t, "btrfs", 300<<20, "mkfs.btrfs", "-q", "-f")
 			for _, args := range [][]string{{"quota", "enable", base}, {"qgroup", "limit", "10m", base}} {
@@ -209,9 +207,6 @@ func TestFailedCopyUpShowsLower(t *testing.T) {
 	lowerData := bytes.Repeat(wbPattern, 640) // 40 MiB
 	for _, mode := range append([]string{"kernel"}, wbModes...) {
 		target := wbTarget(mode)
-		if mode == "kernel" {
-			target = "kernel"
-		}
 		t.Run(target, func(t *testing.T) {
 			t.Parallel()
 			s := fullStack(t, testutil.TmpfsSize(t, "20m"), func(l *testutil.Layer) {
