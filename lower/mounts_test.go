@@ -23,11 +23,10 @@ func mountTmpfs(t *testing.T, dir string) {
 	}
 }
 
-// TestLayerMounts: a lower layer is a clone of its mount without the
-// mounts inside it (its own sub is seen); a layer opened in place does
-// not enter them (EXDEV); the upper layer and its workdir share one
-// clone, so that a rename between them works.
-func TestLayerMounts(t *testing.T) {
+// layerMountsBase makes l/sub, u/sub and w in a new directory, a file
+// l/sub/own, and tmpfs mounts on l/sub and u/sub, and returns the
+// directory.
+func layerMountsBase(t *testing.T) string {
 	base := t.TempDir()
 	for _, d := range []string{"l/sub", "u/sub", "w"} {
 		if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
@@ -39,6 +38,15 @@ func TestLayerMounts(t *testing.T) {
 	}
 	mountTmpfs(t, filepath.Join(base, "l/sub"))
 	mountTmpfs(t, filepath.Join(base, "u/sub"))
+	return base
+}
+
+// TestLayerMounts: a lower layer is a clone of its mount without the
+// mounts inside it (its own sub is seen); a layer opened in place does
+// not enter them (EXDEV); the upper layer and its workdir share one
+// clone, so that a rename between them works.
+func TestLayerMounts(t *testing.T) {
+	base := layerMountsBase(t)
 
 	l, err := OpenLayer(filepath.Join(base, "l"), 1, false)
 	if err != nil {
@@ -111,17 +119,7 @@ func TestLayerMounts(t *testing.T) {
 func TestLayerMountsMasked(t *testing.T) {
 	for _, masked := range []Features{OpenTree, MountSetattr} {
 		t.Run(masked.String(), func(t *testing.T) {
-			base := t.TempDir()
-			for _, d := range []string{"l/sub", "u/sub", "w"} {
-				if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := os.WriteFile(filepath.Join(base, "l/sub/own"), nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			mountTmpfs(t, filepath.Join(base, "l/sub"))
-			mountTmpfs(t, filepath.Join(base, "u/sub"))
+			base := layerMountsBase(t)
 			cloned := masked != OpenTree
 			l, err := OpenLayerMasked(filepath.Join(base, "l"), 1, false, masked)
 			if err != nil {

@@ -102,22 +102,27 @@ const wbEntryWait = 200 * time.Millisecond
 // above; strip says it goes through mmapWrite (strippable).
 func (n *node) cacheWrite(ctx context.Context, fd int, data [][]byte, off int64, strip bool) (int, error) {
 	m := n.ofs.raw.seen(ctx)
-	var st unix.Stat_t
-	if m.unique != 0 && unix.Fstat(fd, &st) == nil && off > st.Size {
-		// A gap: first let the WRITEs sent before this one fill
-		// it, or fail.
+	done, failedAt, err := n.cacheWriteLocked(fd, data, off, strip, m.unique, false)
+	if errors.Is(err, errGap) {
+		// First let the WRITEs sent before this one fill the gap,
+		// or fail.
 		n.ofs.raw.flight.waitEarlier(m)
+		done, failedAt, err = n.cacheWriteLocked(fd, data, off, strip, m.unique, true)
 	}
-	done, failedAt, err := n.cacheWriteLocked(fd, data, off, strip, m.unique)
 	if failedAt >= 0 {
 		n.dropUnwritten()
 	}
 	return done, err
 }
 
+// errGap: a write-back WRITE would begin beyond the upper file's end, and
+// has not yet waited for the earlier ones (cacheWrite).
+var errGap = errors.New("a gap before the write")
+
 // cacheWriteLocked is cacheWrite under n's times lock; failedAt is where
-// the upper file's data stops being what was written, or -1.
-func (n *node) cacheWriteLocked(fd int, data [][]byte, off int64, strip bool, unique uint64) (done int, failedAt int64, err error) {
+// the upper file's data stops being what was written, or -1. It writes
+// nothing and returns errGap for a gap unless waited.
+func (n *node) cacheWriteLocked(fd int, data [][]byte, off int64, strip bool, unique uint64, waited bool) (done int, failedAt int64, err error) {
 	defer n.timesLock()()
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -126,6 +131,9 @@ func (n *node) cacheWriteLocked(fd int, data [][]byte, off int64, strip bool, un
 	wb := n.wbLocked(false)
 	if wb != nil && wb.err != 0 && off > st.Size {
 		return 0, off, wb.err
+	}
+	if off > st.Size && unique != 0 && !waited {
+		return 0, -1, errGap
 	}
 	total := 0
 	for _, b := range data {
