@@ -68,12 +68,10 @@ func (r *rawFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenO
 }
 
 func (r *rawFS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	yield()
 	return r.readDir(cancel, in, out, r.RawFileSystem.ReadDir)
 }
 
 func (r *rawFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	yield()
 	return r.readDir(cancel, in, out, r.RawFileSystem.ReadDirPlus)
 }
 

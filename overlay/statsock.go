@@ -58,7 +58,7 @@ type Stats struct {
 	// NoOpen says regular files open without a request (noopen.go).
 	NoOpen bool `json:"noopen"`
 	// Transport says how requests reach goverlay: io_uring or /dev/fuse,
-	// and why (uring.go); RingRequests counts those answered over
+	// and why (fuseserve/uring.go); RingRequests counts those answered over
 	// io_uring.
 	Transport    string `json:"transport"`
 	RingRequests uint64 `json:"requests_over_io_uring"`
@@ -99,6 +99,18 @@ type Stats struct {
 	InternalErrors uint64 `json:"internal_errors"`
 }
 
+// transport says how requests reach the mount (fuseserve), "" before it
+// is mounted.
+func (f *FS) transport() string {
+	switch {
+	case f.srv == nil:
+		return ""
+	case f.opts.NoUring:
+		return "/dev/fuse (uring=0)"
+	}
+	return f.srv.Transport()
+}
+
 // Stats reads the counters.
 func (f *FS) Stats() Stats {
 	p := &f.privs
@@ -116,8 +128,8 @@ func (f *FS) Stats() Stats {
 		Passthrough:       f.passthrough.Load(),
 		IOReason:          f.io.why,
 		NoOpen:            f.io.noOpen,
-		Transport:         f.transport,
-		RingRequests:      f.uring.Served(),
+		Transport:         f.transport(),
+		RingRequests:      f.srv.RingRequests(),
 		CopyUps:           f.stats.copyUps.Load(),
 		Whiteouts:         f.stats.whiteouts.Load(),
 		CopyRanges:        f.stats.copyRanges.Load(),
@@ -131,9 +143,6 @@ func (f *FS) Stats() Stats {
 		RestrictedDirs:    f.stats.restrictedDirs.Load(),
 		ListingEntries:    f.caches.CachedListingEntries(),
 		InternalErrors:    f.stats.panics.Load(),
-	}
-	if f.uring != nil {
-		s.Transport = f.uring.Why()
 	}
 	for _, l := range f.layers {
 		s.LayerAnswers += l.Counters.Answered.Load()

@@ -1,4 +1,4 @@
-package overlay
+package fuseserve
 
 import (
 	"encoding/binary"
@@ -285,7 +285,7 @@ func (s *uringServer) wait() {
 }
 
 // serve registers the queues with the kernel, once go-fuse has answered
-// INIT (rawFS.Init): the kernel refuses registrations before that, and
+// INIT (handler.Init): the kernel refuses registrations before that, and
 // once INIT took io_uring it holds every request until each queue has
 // registered (fuse_uring_ready()).
 func (s *uringServer) serve(srv *fuse.Server, fs fuse.RawFileSystem) {
