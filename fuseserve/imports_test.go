@@ -66,7 +66,8 @@ func imports(t *testing.T) map[string][]string {
 // of docs/ARCHITECTURE.md ("Packages"): cmd/goverlay → overlay →
 // {fuseserve, upper → lower, privs}; the transport imports nothing of
 // goverlay's, and go-fuse is imported by overlay, cmd and the transport
-// alone.
+// alone. Neither overlay nor the transport reads go-fuse's unexported
+// state by reflection.
 func TestImportGraph(t *testing.T) {
 	allowed := map[string][]string{
 		"fuseserve": {},
@@ -86,6 +87,9 @@ func TestImportGraph(t *testing.T) {
 	}
 	for dir, imps := range all {
 		for _, p := range imps {
+			if p == "reflect" && (dir == "overlay" || dir == "fuseserve") {
+				t.Errorf("%s imports reflect", dir)
+			}
 			if strings.HasPrefix(p, goFuse) && !mayImportFuse(dir) {
 				t.Errorf("%s imports %s: only overlay, cmd and fuseserve talk to go-fuse", dir, p)
 			}

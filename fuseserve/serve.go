@@ -2,9 +2,14 @@ package fuseserve
 
 import (
 	"log"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // Options configure how a mount's requests reach its filesystem.
@@ -13,19 +18,39 @@ type Options struct {
 	// (uring.go); without it every request goes through /dev/fuse.
 	Uring bool
 	// Logger receives what the transport decided and what went wrong;
-	// nil means the standard logger.
+	// nil means mo.Logger, or the standard logger.
 	Logger *log.Logger
+	// fusermount mounts through fusermount3 even where goverlay may
+	// mount itself (tests).
+	fusermount bool
 }
 
 // Server is a mounted filesystem: go-fuse's server reading /dev/fuse, and
 // the io_uring queues when the kernel took them. The embedded server's
-// methods (Wait, KernelSettings, the notifications) are go-fuse's.
+// methods (Wait, KernelSettings, the notifications) are go-fuse's;
+// Unmount is the Server's own (mount.go).
 type Server struct {
 	*fuse.Server
 	uring *uringServer
 	// why says why requests do not go over io_uring, when the rings
 	// were not started.
 	why string
+	// dev is the mount's /dev/fuse descriptor, which go-fuse reads
+	// through a duplicate of its own; it is kept for the rings, -1
+	// once closed.
+	dev int
+	// mountpoint is where the mount is, direct whether goverlay may
+	// mount and unmount it itself (mayMount).
+	mountpoint string
+	direct     bool
+	log        *log.Logger
+	debug      bool
+	// mu serialises Unmount; unmounted is set once the mount is gone by
+	// Unmount.
+	mu        sync.Mutex
+	unmounted bool
+	// closeDev closes dev once (Close).
+	closeDev sync.Once
 }
 
 // handler is the filesystem as go-fuse's readers and the rings call it:
@@ -46,18 +71,35 @@ func (h *handler) Init(srv *fuse.Server) {
 }
 
 // Mount mounts fs on mountpoint with the options mo and starts serving
-// it. It returns once the kernel has accepted the mount
-// (fuse.Server.WaitMount). mo.MaxWrite, when 0, becomes maxWrite, which
-// sizes the rings' payload buffers.
+// it. It returns once the kernel has accepted the mount and go-fuse has
+// answered INIT. mo.MaxWrite, when 0, becomes maxWrite, which sizes the
+// rings' payload buffers; mo.DirectMount and DirectMountStrict are not
+// looked at: goverlay mounts with mount(2) wherever it may (mount.go).
+// On an error nothing is left mounted.
 func Mount(fs fuse.RawFileSystem, mountpoint string, mo *fuse.MountOptions, o Options) (*Server, error) {
+	m := *mo
+	if m.Logger == nil {
+		m.Logger = log.Default()
+	}
 	logger := o.Logger
 	if logger == nil {
-		logger = log.Default()
+		logger = m.Logger
 	}
-	if mo.MaxWrite == 0 {
-		mo.MaxWrite = maxWrite
+	if m.MaxWrite <= 0 {
+		m.MaxWrite = maxWrite
 	}
-	s := &Server{}
+	// The kernel caps a request at max_pages_limit pages, and go-fuse
+	// its buffers with it (fuse.MountOptions.MaxWrite).
+	m.MaxWrite = min(m.MaxWrite, kernelMaxWrite())
+	if m.Name == "" {
+		// As go-fuse names it: the mount's type is fuse.NAME.
+		m.Name = strings.ReplaceAll(fs.String()[:min(len(fs.String()), 20)], ",", ";")
+	}
+	mnt, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{dev: -1, mountpoint: mnt, direct: mayMount() && !o.fusermount, log: logger, debug: m.Debug}
 	h := &handler{RawFileSystem: fs}
 	switch {
 	case !o.Uring:
@@ -67,28 +109,49 @@ func Mount(fs fuse.RawFileSystem, mountpoint string, mo *fuse.MountOptions, o Op
 	default:
 		// The queues are ready before INIT offers io_uring: once
 		// the kernel takes it, it serves nothing until they register.
-		u, err := startUring(logger, *mo)
+		u, err := startUring(logger, m)
 		if err != nil {
 			logger.Printf("io_uring: %v; serving /dev/fuse", err)
 			s.why = "/dev/fuse (" + err.Error() + ")"
 		} else {
 			s.uring, h.uring = u, u
-			mo.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
+			m.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
 		}
 	}
-	srv, err := fuse.NewServer(h, mountpoint, mo)
-	if err != nil {
+	fail := func(err error) (*Server, error) {
 		if s.uring != nil {
 			s.uring.stop()
-			s.uring.wait()
 		}
+		s.Close()
 		return nil, err
 	}
+	if s.dev, err = mountDevice(mnt, &m, s.direct); err != nil {
+		return fail(err)
+	}
+	if s.uring != nil {
+		s.uring.dev = s.dev
+	}
+	// go-fuse reads and answers on a duplicate (fd 3 or above: it takes
+	// no /dev/fd/0) and closes it when it is done serving.
+	gofd, err := unix.FcntlInt(uintptr(s.dev), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		detach(mnt, s.direct)
+		return fail(os.NewSyscallError("fcntl", err))
+	}
+	m.DirectMount, m.DirectMountStrict = false, false
+	srv, err := fuse.NewServer(h, "/dev/fd/"+strconv.Itoa(gofd), &m)
+	if err != nil {
+		detach(mnt, s.direct)
+		return fail(err)
+	}
 	s.Server = srv
+	if s.uring == nil {
+		s.Close()
+	}
 	spareProcs.Do(addSpareProcs)
 	go srv.Serve()
-	if err := srv.WaitMount(); err != nil {
-		srv.Unmount()
+	if err := stopPolls(mnt); err != nil {
+		s.Unmount()
 		s.Close()
 		return nil, err
 	}
@@ -113,11 +176,30 @@ func (s *Server) RingRequests() uint64 {
 }
 
 // Close waits, once the mount is gone, for the rings' threads to end
-// (uringServer.wait).
+// (uringServer.wait), and closes the mount's descriptor.
 func (s *Server) Close() {
-	if s != nil {
-		s.uring.wait()
+	if s == nil {
+		return
 	}
+	s.uring.wait()
+	s.closeDev.Do(func() {
+		if s.dev >= 0 {
+			unix.Close(s.dev)
+			s.dev = -1
+		}
+	})
+}
+
+// kernelMaxWrite is the largest request the kernel sends: max_pages_limit
+// pages (/proc/sys/fs/fuse/max_pages_limit, 256 by default).
+func kernelMaxWrite() int {
+	limit := 256
+	if b, err := os.ReadFile("/proc/sys/fs/fuse/max_pages_limit"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 {
+			limit = n
+		}
+	}
+	return limit * os.Getpagesize()
 }
 
 // spareProcs raises GOMAXPROCS once per process, after the first server

@@ -15,6 +15,12 @@ import (
 // that -race sees both sides; the mount goes when the test ends.
 func mountLoopback(t *testing.T, dir string, o Options, wrap func(fuse.RawFileSystem) fuse.RawFileSystem) (string, *Server) {
 	t.Helper()
+	return mountWith(t, dir, &fuse.MountOptions{FsName: "fuseserve-test", Name: "fuseserve"}, o, wrap)
+}
+
+// mountWith is mountLoopback with the mount options mo.
+func mountWith(t *testing.T, dir string, mo *fuse.MountOptions, o Options, wrap func(fuse.RawFileSystem) fuse.RawFileSystem) (string, *Server) {
+	t.Helper()
 	if os.Getuid() != 0 {
 		t.Skip("mounting needs root")
 	}
@@ -27,7 +33,6 @@ func mountLoopback(t *testing.T, dir string, o Options, wrap func(fuse.RawFileSy
 		raw = wrap(raw)
 	}
 	mnt := t.TempDir()
-	mo := &fuse.MountOptions{FsName: "fuseserve-test", Name: "fuseserve", DirectMount: true}
 	s, err := Mount(raw, mnt, mo, o)
 	if err != nil {
 		t.Fatal(err)

@@ -29,15 +29,6 @@ func mountOffered(t *testing.T, dir string, wrap func(fuse.RawFileSystem) fuse.R
 	return mnt, s
 }
 
-func TestDeviceFDReachable(t *testing.T) {
-	// The ring's commands need go-fuse's /dev/fuse descriptor, which is
-	// not part of its API (deviceFD); an update of go-fuse that moves it
-	// must fail here, not turn io_uring off in the field.
-	if err := deviceFDReachable(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestParseCPUList(t *testing.T) {
 	for _, c := range []struct {
 		in   string
@@ -153,6 +144,26 @@ func TestUringServes(t *testing.T) {
 	mnt, s := mountOffered(t, uringDir(t), nil)
 	if tr := s.Transport(); !strings.HasPrefix(tr, "io_uring") {
 		t.Fatalf("transport %q, want io_uring", tr)
+	}
+	before := s.RingRequests()
+	uringWorkload(t, mnt)
+	if after := s.RingRequests(); after < before+600 {
+		t.Errorf("%d requests over io_uring during the workload, want hundreds", after-before)
+	}
+}
+
+// TestUringOverFusermount: the queues register with the descriptor
+// fusermount3 sent.
+func TestUringOverFusermount(t *testing.T) {
+	needFusermount(t)
+	if ok, why := uringswitch.Available(); !ok {
+		t.Skip(why)
+	}
+	var mnt string
+	var s *Server
+	uringswitch.Offered(t, func() { mnt, s = mountLoopback(t, uringDir(t), Options{Uring: true, fusermount: true}, nil) })
+	if tr := s.Transport(); s.direct || !strings.HasPrefix(tr, "io_uring") {
+		t.Fatalf("transport %q (mounted directly: %v), want io_uring through fusermount3's descriptor", tr, s.direct)
 	}
 	before := s.RingRequests()
 	uringWorkload(t, mnt)

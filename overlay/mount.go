@@ -299,6 +299,9 @@ func (f *FS) ReadOnly() bool { return f.upper == nil }
 // returns once the mount is gone.
 type Server = fuseserve.Server
 
+// FusermountError is Mount's error when fusermount3 refused to mount.
+type FusermountError = fuseserve.FusermountError
+
 // Mount mounts the overlay on mountpoint and starts serving it. It returns
 // once the kernel has accepted the mount.
 func (f *FS) Mount(mountpoint string) (*Server, error) {
@@ -361,8 +364,6 @@ func (f *FS) fsOptions() *fs.Options {
 		// choose (create.go inherit).
 		mo.ExtraCapabilities |= fuse.CAP_DONT_MASK
 	}
-	// Mount with mount(2) when we may, fusermount3 otherwise.
-	mo.DirectMount = true
 	// READ replies are pread into the request's buffer and written with
 	// the header, not spliced. go-fuse's splice pipes come from os.Pipe,
 	// which registers them with the Go runtime's epoll: every splice into
