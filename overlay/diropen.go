@@ -78,7 +78,6 @@ func (r *rawFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenO
 	if !r.listEvery && !r.mask.opendir {
 		return fuse.ENOSYS
 	}
-	yield()
 	st := r.RawFileSystem.OpenDir(cancel, in, out)
 	if st.Ok() {
 		out.OpenFlags &^= r.mask.open
@@ -90,12 +89,10 @@ func (r *rawFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenO
 }
 
 func (r *rawFS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	yield()
 	return r.readDir(cancel, in, out, r.RawFileSystem.ReadDir)
 }
 
 func (r *rawFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	yield()
 	return r.readDir(cancel, in, out, r.RawFileSystem.ReadDirPlus)
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/goverlay/goverlay/fuseserve"
 	"github.com/goverlay/goverlay/lower"
 	"github.com/goverlay/goverlay/privs"
 	"github.com/goverlay/goverlay/upper"
@@ -65,7 +66,7 @@ type Options struct {
 	// they move with a redirect (-o redirect_dir=on).
 	RedirectDirOff bool
 	// NoUring serves every request over /dev/fuse even where the kernel
-	// offers FUSE over io_uring (-o uring=0; uring.go).
+	// offers FUSE over io_uring (-o uring=0; fuseserve/uring.go).
 	NoUring bool
 	// Metacopy copies up the metadata of a lower regular file alone
 	// where the data is not changed (-o metacopy=on; metacopy.go), and
@@ -151,10 +152,8 @@ type FS struct {
 	statsSock *statsServer
 	// root is the mount's root directory, once mounted.
 	root *node
-	// uring serves requests over io_uring where the kernel takes it
-	// (uring.go); nil when it was not asked for, and transport says why.
-	uring     *uringServer
-	transport string
+	// srv serves the mount's requests (fuseserve), once mounted.
+	srv *fuseserve.Server
 	// upperFiles maps upper files to their nodes (links.go).
 	upperFiles upperFiles
 	// fds bounds the open files nodes keep for requests on files
@@ -282,8 +281,8 @@ func (f *FS) Close() {
 		f.statsSock.close()
 	}
 	// The kernel ended the rings' entries at the unmount, unless the
-	// mount lives on elsewhere (uringServer.wait).
-	f.uring.wait()
+	// mount lives on elsewhere (fuseserve.Server.Close).
+	f.srv.Close()
 	if f.upper != nil {
 		// Files opened without a request are removed from the
 		// workdir at their FORGET, which the kernel does not send
@@ -314,9 +313,16 @@ func (f *FS) panicked(v any) fuse.Status {
 // ReadOnly reports whether the mount has no upper layer.
 func (f *FS) ReadOnly() bool { return f.upper == nil }
 
+// Server is a mounted overlay: its Unmount takes the mount down, its Wait
+// returns once the mount is gone.
+type Server = fuseserve.Server
+
+// FusermountError is Mount's error when fusermount3 refused to mount.
+type FusermountError = fuseserve.FusermountError
+
 // Mount mounts the overlay on mountpoint and starts serving it. It returns
-// once the kernel has accepted the mount (fuse.Server.WaitMount).
-func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
+// once the kernel has accepted the mount.
+func (f *FS) Mount(mountpoint string) (*Server, error) {
 	errLog.Store(f.log)
 	// The control socket is named after the mountpoint's path, resolved
 	// before the mount is on it.
@@ -327,42 +333,15 @@ func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 	f.raw = &rawFS{RawFileSystem: fs.NewNodeFS(root, opts), stats: &f.stats, noOpen: f.io.noOpen,
 		listEvery: f.atime.Mode == lower.Strictatime && !f.atime.NoDirs,
 		mask:      maskedReplies(f.opts.Mask)}
-	switch {
-	case f.opts.NoUring:
-		f.transport = "/dev/fuse (uring=0)"
-	case f.opts.Mask.has(featUring):
-		f.transport = "/dev/fuse (" + f.opts.Mask.because(featUring) + ")"
-	case !uringOffered():
-		f.transport = "/dev/fuse (the kernel does not offer io_uring: enable_uring is not Y)"
-	default:
-		// The queues are ready before INIT offers io_uring: once
-		// the kernel takes it, it serves nothing until they register.
-		u, err := startUring(f.log, opts.MountOptions)
-		if err != nil {
-			f.log.Printf("io_uring: %v; serving /dev/fuse", err)
-			f.transport = "/dev/fuse (" + err.Error() + ")"
-		} else {
-			f.uring, f.raw.uring = u, u
-			opts.MountOptions.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
-		}
-	}
-	srv, err := fuse.NewServer(f.raw, mountpoint, &opts.MountOptions)
+	uring := !f.opts.NoUring && !f.opts.Mask.has(featUring)
+	srv, err := fuseserve.Mount(f.raw, mountpoint, &opts.MountOptions, fuseserve.Options{Uring: uring, Logger: f.log})
 	if err != nil {
-		if f.uring != nil {
-			f.uring.stop()
-			f.uring.wait()
-		}
 		return nil, err
 	}
-	spareProcs.Do(addSpareProcs)
-	go srv.Serve()
-	if err := srv.WaitMount(); err != nil {
-		srv.Unmount()
-		return nil, err
-	}
-	f.initIn.Store(f.kernelInit(srv))
+	f.srv = srv
+	f.initIn.Store(f.kernelInit(srv.Server))
 	f.kernelMinor.Store(srv.KernelSettings().Minor)
-	f.granted(srv)
+	f.granted(srv.Server)
 	f.teachNoOpen(mountpoint)
 	// One notice per mount, with -d or --log: the two decisions that
 	// shape every write (goverlay stats shows them always).
@@ -374,27 +353,6 @@ func (f *FS) Mount(mountpoint string) (*fuse.Server, error) {
 		f.log.Printf("%v", err)
 	}
 	return srv, nil
-}
-
-// spareProcs raises GOMAXPROCS once per process, after the first server
-// has sized its readers by it.
-var spareProcs sync.Once
-
-// addSpareProcs gives the Go scheduler two Ps more than go-fuse has
-// readers. Each reader waits for the next request in read(/dev/fuse)
-// holding its P. While every P is held so, the runtime's sysmon takes
-// the Ps away from the blocked readers (runtime/proc.go retake(): a P in
-// a system call is left alone only while another P is idle) and keeps
-// polling every 20 µs; a reader woken by a request then finds its P gone,
-// parks, and waits for another thread to hand it one. With an idle P
-// left over, a woken reader takes its own P back at once, and sysmon
-// backs off to its 10 ms poll. go-fuse runs GOMAXPROCS readers at most
-// (fuse.NewServer: between 2 and 16, plus one that is starting).
-func addSpareProcs() {
-	readers := min(max(runtime.GOMAXPROCS(0), 2), 16) + 1
-	if procs := readers + 2; procs > runtime.GOMAXPROCS(0) {
-		runtime.GOMAXPROCS(procs)
-	}
 }
 
 // fsOptions sets every go-fuse option, each with its reason.
@@ -417,7 +375,6 @@ func (f *FS) fsOptions() *fs.Options {
 	mo.AllowOther = f.opts.AllowOther
 	mo.Logger = f.log
 	mo.PanicHandler = f.panicked
-	mo.MaxWrite = maxWrite
 	// The kernel checks permissions against the modes we report, as it
 	// does for a local filesystem; we never check them ourselves. With
 	// FUSE_POSIX_ACL it enforces ACLs too (the kernel overlay does).
@@ -430,8 +387,6 @@ func (f *FS) fsOptions() *fs.Options {
 		// choose (create.go inherit).
 		mo.ExtraCapabilities |= fuse.CAP_DONT_MASK
 	}
-	// Mount with mount(2) when we may, fusermount3 otherwise.
-	mo.DirectMount = true
 	// READ replies are pread into the request's buffer and written with
 	// the header, not spliced. go-fuse's splice pipes come from os.Pipe,
 	// which registers them with the Go runtime's epoll: every splice into

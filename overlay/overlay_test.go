@@ -9,7 +9,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/goverlay/goverlay/tests/testutil/uringswitch"
@@ -35,7 +34,7 @@ func mountFS(t testing.TB, o Options) (string, *FS) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var srv *fuse.Server
+	var srv *Server
 	uringswitch.Withheld(t, func() { srv, err = f.Mount(mnt) })
 	if err != nil {
 		f.Close()

@@ -35,8 +35,6 @@ type rawFS struct {
 	listEvery bool
 	// mask is what the mount's mask changes in replies (mask.go).
 	mask replyMask
-	// uring registers its queues once INIT is answered (uring.go).
-	uring *uringServer
 	// inos holds, for each GETATTR in flight, the inode number it
 	// answers with instead of its node's, or 0 (reportIno); parted is set
 	// once a copy-up parted a lower hard link, before which GETATTR
@@ -68,13 +66,29 @@ func (r *rawFS) reportIno(ctx context.Context, ino uint64) {
 	}
 }
 
-// Init is called by go-fuse once it has answered INIT, before it reads
-// the next request.
-func (r *rawFS) Init(srv *fuse.Server) {
-	r.RawFileSystem.Init(srv)
-	if r.uring != nil {
-		r.uring.serve(srv, r)
+// GetAttr answers with the inode number reportIno gave, once a copy-up
+// parted a lower hard link.
+func (r *rawFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	if !r.parted.Load() {
+		return r.RawFileSystem.GetAttr(cancel, in, out)
 	}
+	r.inos.Store(cancel, uint64(0))
+	st := r.RawFileSystem.GetAttr(cancel, in, out)
+	if v, ok := r.inos.LoadAndDelete(cancel); ok && v.(uint64) != 0 && st.Ok() {
+		out.Ino = v.(uint64)
+	}
+	return st
+}
+
+// Flush of a file opened without a request has nothing to flush.
+func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	if in.Fh == 0 {
+		// A file opened without a request (noopen.go): nothing to
+		// flush, as for any handle (handle.Flush); ENOSYS ends the
+		// FLUSHes of the mount (fuse_flush()).
+		return fuse.ENOSYS
+	}
+	return r.RawFileSystem.Flush(cancel, in)
 }
 
 // reqMark is what rawFS saw on a request.
@@ -136,7 +150,6 @@ func killFlag(on bool) reqFlags {
 
 // Write and Writev both need the wrapper: the server calls Writev first.
 func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
-	yield()
 	m := writeMark(in)
 	defer r.flight.start(m)()
 	defer r.mark(cancel, m)()
@@ -144,7 +157,6 @@ func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (ui
 }
 
 func (r *rawFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
-	yield()
 	m := writeMark(in)
 	defer r.flight.start(m)()
 	defer r.mark(cancel, m)()
@@ -152,7 +164,6 @@ func (r *rawFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) 
 }
 
 func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	yield()
 	if r.noOpen {
 		// See noopen.go: the kernel opens every regular file of
 		// the mount by itself from now on.
@@ -165,7 +176,6 @@ func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut)
 }
 
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	yield()
 	defer r.mark(cancel, reqMark{flags: killFlag(in.OpenFlags&fuse.OPEN_KILL_SUIDGID != 0), umask: in.Umask})()
 	st := r.RawFileSystem.Create(cancel, in, name, out)
 	r.opened(st, &out.OpenOut)
@@ -192,13 +202,11 @@ func (r *rawFS) opened(st fuse.Status, out *fuse.OpenOut) {
 }
 
 func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
-	yield()
 	defer r.mark(cancel, reqMark{umask: in.Umask})()
 	return r.RawFileSystem.Mkdir(cancel, in, name, out)
 }
 
 func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
-	yield()
 	defer r.mark(cancel, reqMark{umask: in.Umask})()
 	return r.RawFileSystem.Mknod(cancel, in, name, out)
 }
@@ -208,7 +216,6 @@ func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out
 // the mount EOPNOTSUPP (fuse_tmpfile(), fc->no_tmpfile), as one without
 // the request does.
 func (r *rawFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
-	yield()
 	if r.mask.noTmpfile {
 		return fuse.ENOSYS
 	}
@@ -245,7 +252,6 @@ func (r *rawFS) umask(ctx context.Context) uint32 { return r.seen(ctx).umask }
 // and the writer's open fails with EIO (bug 10 in
 // tests/reliability/README.md).
 func (r *rawFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
-	yield()
 	after := new(func())
 	r.releasing.Store(cancel, after)
 	r.RawFileSystem.Release(cancel, in)

@@ -58,7 +58,7 @@ type Stats struct {
 	// NoOpen says regular files open without a request (noopen.go).
 	NoOpen bool `json:"noopen"`
 	// Transport says how requests reach goverlay: io_uring or /dev/fuse,
-	// and why (uring.go); RingRequests counts those answered over
+	// and why (fuseserve/uring.go); RingRequests counts those answered over
 	// io_uring.
 	Transport    string `json:"transport"`
 	RingRequests uint64 `json:"requests_over_io_uring"`
@@ -110,6 +110,20 @@ type Stats struct {
 	InternalErrors uint64 `json:"internal_errors"`
 }
 
+// transport says how requests reach the mount (fuseserve), "" before it
+// is mounted.
+func (f *FS) transport() string {
+	switch {
+	case f.srv == nil:
+		return ""
+	case f.opts.NoUring:
+		return "/dev/fuse (uring=0)"
+	case f.opts.Mask.has(featUring):
+		return "/dev/fuse (" + f.opts.Mask.because(featUring) + ")"
+	}
+	return f.srv.Transport()
+}
+
 // Stats reads the counters.
 func (f *FS) Stats() Stats {
 	p := &f.privs
@@ -127,8 +141,8 @@ func (f *FS) Stats() Stats {
 		Passthrough:       f.passthrough.Load(),
 		IOReason:          f.io.why,
 		NoOpen:            f.io.noOpen,
-		Transport:         f.transport,
-		RingRequests:      f.uring.Served(),
+		Transport:         f.transport(),
+		RingRequests:      f.srv.RingRequests(),
 		CopyUps:           f.stats.copyUps.Load(),
 		Whiteouts:         f.stats.whiteouts.Load(),
 		CopyRanges:        f.stats.copyRanges.Load(),
@@ -142,9 +156,6 @@ func (f *FS) Stats() Stats {
 		RestrictedDirs:    f.stats.restrictedDirs.Load(),
 		ListingEntries:    f.caches.CachedListingEntries(),
 		InternalErrors:    f.stats.panics.Load(),
-	}
-	if f.uring != nil {
-		s.Transport = f.uring.Why()
 	}
 	s.FuseProtocol = f.protocolReport()
 	s.KernelFeatures = f.featureReport()

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -26,33 +24,6 @@ func mountOffered(t *testing.T, o Options) (mnt string, f *FS) {
 	}
 	uringswitch.Offered(t, func() { mnt, f = mountFS(t, o) })
 	return mnt, f
-}
-
-func TestDeviceFDReachable(t *testing.T) {
-	// The ring's commands need go-fuse's /dev/fuse descriptor, which is
-	// not part of its API (deviceFD); an update of go-fuse that moves it
-	// must fail here, not turn io_uring off in the field.
-	if err := deviceFDReachable(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestParseCPUList(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want int
-	}{
-		{"0\n", 1}, {"0-1\n", 2}, {"0-3,8-11", 12}, {"0,2,5", 6}, {"0-63", 64},
-	} {
-		if got, err := parseCPUList(c.in); err != nil || got != c.want {
-			t.Errorf("parseCPUList(%q) = %d, %v; want %d", c.in, got, err, c.want)
-		}
-	}
-	for _, bad := range []string{"", "x", "0-", "-1", "0-a"} {
-		if got, err := parseCPUList(bad); err == nil {
-			t.Errorf("parseCPUList(%q) = %d, want an error", bad, got)
-		}
-	}
 }
 
 // uringWorkload makes every kind of request the kernel sends over a ring
@@ -151,6 +122,9 @@ func uringLayers(t *testing.T) Options {
 	return o
 }
 
+// TestUringServes: the overlay's requests, a copy-up among them, are
+// answered over io_uring where the kernel offers it (the transport's own
+// tests are fuseserve's).
 func TestUringServes(t *testing.T) {
 	mnt, f := mountOffered(t, uringLayers(t))
 	if s := f.Stats(); !strings.HasPrefix(s.Transport, "io_uring") {
@@ -163,126 +137,13 @@ func TestUringServes(t *testing.T) {
 	}
 }
 
+// TestUringOff: -o uring=0 keeps every request on /dev/fuse, and says so.
 func TestUringOff(t *testing.T) {
 	o := uringLayers(t)
 	o.NoUring = true
 	mnt, f := mountOffered(t, o)
 	uringWorkload(t, mnt)
-	if s := f.Stats(); s.RingRequests != 0 || !strings.HasPrefix(s.Transport, "/dev/fuse") {
+	if s := f.Stats(); s.RingRequests != 0 || s.Transport != "/dev/fuse (uring=0)" {
 		t.Errorf("uring=0: transport %q, %d requests over io_uring", s.Transport, s.RingRequests)
-	}
-}
-
-func TestUringRefusedFallsBack(t *testing.T) {
-	// When the rings cannot serve after INIT took io_uring, the kernel
-	// must be told (refuse), or it holds every request of the mount.
-	fail := errors.New("injected")
-	uringFailure.Store(&fail)
-	t.Cleanup(func() { uringFailure.Store(nil) })
-	mnt, f := mountOffered(t, uringLayers(t))
-	uringWorkload(t, mnt)
-	if s := f.Stats(); s.RingRequests != 0 || !strings.Contains(s.Transport, "injected") {
-		t.Errorf("transport %q, %d requests over io_uring; want /dev/fuse after the injected failure", s.Transport, s.RingRequests)
-	}
-}
-
-// onCPU0 runs fn on a thread pinned to CPU 0, so that the requests it
-// makes go to CPU 0's queue.
-func onCPU0(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		// Not unlocked: the pinned thread ends with the goroutine.
-		runtime.LockOSThread()
-		var set unix.CPUSet
-		set.Set(0)
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
-			errc <- err
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
-
-func TestUringSlowRequestDoesNotStallItsCPU(t *testing.T) {
-	// Requests that wait (here: chmods whose copy-ups wait for their
-	// nodes' copyMu, which the test holds) take all but one of CPU 0's
-	// queue threads; lookups from CPU 0 must still be answered, by the
-	// last one.
-	o := uringLayers(t)
-	for i := range 20 {
-		write(t, filepath.Join(o.Lower[0], fmt.Sprintf("o%d", i)), "x")
-	}
-	const slowN = threadsPerCPU - 1
-	for i := range slowN {
-		write(t, filepath.Join(o.Lower[0], fmt.Sprintf("slow%d", i)), "x")
-	}
-	mnt, f := mountOffered(t, o)
-	if s := f.Stats(); !strings.HasPrefix(s.Transport, "io_uring") {
-		t.Fatalf("transport %q, want io_uring", s.Transport)
-	}
-	var held []*node
-	defer func() {
-		for _, n := range held {
-			n.copyMu.Unlock()
-		}
-	}()
-	chmodDone := make(chan error, slowN)
-	for i := range slowN {
-		slow := filepath.Join(mnt, fmt.Sprintf("slow%d", i))
-		// Held open, so that the kernel keeps the inode (no FORGET,
-		// even if another test drops the caches) and the chmod
-		// reaches this node.
-		hold, err := os.Open(slow)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer hold.Close()
-		n := f.root.GetChild(fmt.Sprintf("slow%d", i)).Operations().(*node)
-		n.copyMu.Lock()
-		held = append(held, n)
-		go func() { chmodDone <- onCPU0(func() error { return unix.Chmod(slow, 0o600) }) }()
-	}
-	// Twenty lookups of new names from CPU 0, over a second, so that
-	// most come while the chmods wait in their handlers.
-	looked := make(chan error, 1)
-	go func() {
-		looked <- onCPU0(func() error {
-			for i := range 20 {
-				if _, err := os.Stat(filepath.Join(mnt, fmt.Sprintf("o%d", i))); err != nil {
-					return err
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			return nil
-		})
-	}()
-	stalled := false
-	select {
-	case err := <-looked:
-		if err != nil {
-			t.Error(err)
-		}
-	case <-time.After(30 * time.Second):
-		stalled = true
-		t.Errorf("lookups from CPU 0 waited behind %d requests that wait", slowN)
-	}
-	select {
-	case err := <-chmodDone:
-		t.Errorf("a chmod ended (%v) while its copy-up could not start", err)
-		return
-	default:
-	}
-	for _, n := range held {
-		n.copyMu.Unlock()
-	}
-	held = nil
-	for range slowN {
-		if err := <-chmodDone; err != nil {
-			t.Error(err)
-		}
-	}
-	if stalled {
-		<-looked
 	}
 }

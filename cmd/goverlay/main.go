@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/goverlay/goverlay/overlay"
@@ -209,7 +208,7 @@ func serve(cfg *config, logger *log.Logger, logFile *os.File, rep *reporter) int
 // waitForEnd returns once the mount is gone: unmounted from outside
 // (umount, fusermount3 -u), or by us on a signal. dev is the mount's
 // st_dev.
-func waitForEnd(srv *fuse.Server, cfg *config, dev uint64, sigs <-chan os.Signal, logger *log.Logger) {
+func waitForEnd(srv *overlay.Server, cfg *config, dev uint64, sigs <-chan os.Signal, logger *log.Logger) {
 	done := make(chan struct{})
 	go func() {
 		srv.Wait()
@@ -273,7 +272,7 @@ func mountedElsewhere(mnt string, dev uint64) string {
 // times), a few more tries while it is busy, then a lazy detach so that
 // the mountpoint is free at once and the mount goes away with its last
 // user.
-func unmount(srv *fuse.Server, mnt string, logger *log.Logger) {
+func unmount(srv *overlay.Server, mnt string, logger *log.Logger) {
 	err := srv.Unmount()
 	for try := 0; err != nil && isBusy(err) && try < 3; try++ {
 		time.Sleep(200 * time.Millisecond)

@@ -1,13 +1,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
-	"regexp"
-	"strconv"
-	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/overlay"
 )
 
 // haveSetuidFusermount is setuidFusermount, a hook for tests.
@@ -40,24 +40,17 @@ func checkUnprivileged(c *config) error {
 	return nil
 }
 
-// fusermountStatus matches go-fuse's error for a fusermount3 that failed,
-// which carries the raw wait status (callFusermount in
-// fuse/mount_linux.go).
-var fusermountStatus = regexp.MustCompile(`fusermount exited with code (\d+)`)
-
 // mountError says why the mount was refused in words: fusermount3 prints
 // its reason on stderr itself, so goverlay points there instead of at a
 // wait status.
 func mountError(mnt string, err error) error {
-	m := fusermountStatus.FindStringSubmatch(err.Error())
-	if m == nil {
+	var fe *overlay.FusermountError
+	if !errors.As(err, &fe) {
 		return failf(exitMount, "mounting on %s failed: %w; run with -f -d to see the mount call", show(mnt), err)
 	}
-	n, _ := strconv.Atoi(m[1])
-	ws := syscall.WaitStatus(n)
-	how := fmt.Sprintf("exit status %d", ws.ExitStatus())
-	if ws.Signaled() {
-		how = "killed by " + ws.Signal().String()
+	how := fmt.Sprintf("exit status %d", fe.Status.ExitStatus())
+	if fe.Status.Signaled() {
+		how = "killed by " + unix.SignalName(fe.Status.Signal())
 	}
 	return failf(exitMount, "fusermount3 refused to mount on %s (%s; its reason is on the line above): a user other than root may mount only on a directory it may write to, and allow_other needs user_allow_other in /etc/fuse.conf", show(mnt), how)
 }

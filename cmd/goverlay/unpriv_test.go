@@ -1,19 +1,26 @@
 package main
 
 import (
-	"errors"
+	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/overlay"
 )
 
 // TestMountError: a fusermount3 failure is told in words, with the exit
-// status rather than go-fuse's raw wait status.
+// status rather than the raw wait status.
 func TestMountError(t *testing.T) {
-	err := mountError("/m", errors.New("fusermount exited with code 256\n"))
+	err := mountError("/m", &overlay.FusermountError{Path: "/usr/bin/fusermount3", Status: 256})
 	if exitCodeOf(err) != exitMount || !strings.Contains(err.Error(), "fusermount3 refused to mount on /m (exit status 1;") || strings.Contains(err.Error(), "256") {
+		t.Errorf("got %q (exit %d)", err, exitCodeOf(err))
+	}
+	err = mountError("/m", fmt.Errorf("wrapped: %w", &overlay.FusermountError{Path: "/bin/fusermount3", Status: syscall.WaitStatus(unix.SIGKILL)}))
+	if exitCodeOf(err) != exitMount || !strings.Contains(err.Error(), "fusermount3 refused to mount on /m (killed by SIGKILL;") {
 		t.Errorf("got %q (exit %d)", err, exitCodeOf(err))
 	}
 	err = mountError("/m", unix.EPERM)

@@ -1,4 +1,4 @@
-package overlay
+package fuseserve
 
 import (
 	"encoding/binary"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -45,9 +44,8 @@ import (
 // go-fuse serves /dev/fuse itself and answers a request given as bytes
 // with ProtocolServer.HandleRequest, which is what the queues use, after
 // feeding it the INIT the kernel sent so that it decodes requests as the
-// negotiated protocol says. The /dev/fuse descriptor is not part of
-// go-fuse's API: deviceFD reads it from the server (uring_test.go pins the
-// field it reads).
+// negotiated protocol says. The queues register with the mount's
+// /dev/fuse descriptor, which goverlay opened or received (mount.go).
 
 // io_uring ABI (include/uapi/linux/io_uring.h).
 const (
@@ -127,6 +125,9 @@ type uringServer struct {
 	// closing tells the queues' threads to end although the kernel has
 	// not ended their entries (wait).
 	closing atomic.Bool
+	// dev is the mount's /dev/fuse descriptor, which the queues
+	// register with; the Server closes it once they have ended.
+	dev int
 }
 
 // ringEndGrace is how long wait lets the kernel end the rings' entries
@@ -193,9 +194,6 @@ func uringOffered() bool {
 // threads pinned to the CPU, each with its ring and buffers. It returns once all are
 // ready, or the first error (and no queue then).
 func startUring(logger *log.Logger, opts fuse.MountOptions) (*uringServer, error) {
-	if err := deviceFDReachable(); err != nil {
-		return nil, err
-	}
 	ncpu, err := possibleCPUs()
 	if err != nil {
 		return nil, err
@@ -285,7 +283,7 @@ func (s *uringServer) wait() {
 }
 
 // serve registers the queues with the kernel, once go-fuse has answered
-// INIT (rawFS.Init): the kernel refuses registrations before that, and
+// INIT (handler.Init): the kernel refuses registrations before that, and
 // once INIT took io_uring it holds every request until each queue has
 // registered (fuse_uring_ready()).
 func (s *uringServer) serve(srv *fuse.Server, fs fuse.RawFileSystem) {
@@ -295,22 +293,13 @@ func (s *uringServer) serve(srv *fuse.Server, fs fuse.RawFileSystem) {
 		s.stop()
 		return
 	}
-	fd, err := deviceFD(srv)
-	if err != nil {
-		// deviceFDReachable saw the field before the mount: this
-		// cannot happen, and the kernel now waits for queues that
-		// will not come.
-		s.log.Printf("io_uring: %v; the mount will hang", err)
-		s.stop()
-		return
-	}
 	ps, err := s.protocolServer(fs, k)
 	if p := uringFailure.Load(); p != nil && err == nil {
 		err = *p
 	}
 	var results []chan error
 	for _, q := range s.queues {
-		st := ringStart{fd: fd, ps: ps, registered: make(chan error, 1)}
+		st := ringStart{fd: s.dev, ps: ps, registered: make(chan error, 1)}
 		if err != nil {
 			// Register nothing: the queues tell the kernel so
 			// (refuse), which then serves /dev/fuse alone.
@@ -326,10 +315,6 @@ func (s *uringServer) serve(srv *fuse.Server, fs fuse.RawFileSystem) {
 			failed = e
 		}
 	}
-	go func() {
-		s.done.Wait()
-		unix.Close(fd)
-	}()
 	switch {
 	case err != nil:
 		failed = err
@@ -602,46 +587,6 @@ func parseCPUList(list string) (int, error) {
 		n = max(n, v)
 	}
 	return n + 1, nil
-}
-
-// deviceFDReachable checks, before a mount asks for io_uring, that
-// deviceFD will find go-fuse's /dev/fuse file.
-func deviceFDReachable() error {
-	t := reflect.TypeFor[fuse.Server]()
-	f, ok := t.FieldByName("fuseFD")
-	if ok && f.Type.Kind() == reflect.Pointer {
-		if g, ok := f.Type.Elem().FieldByName("file"); ok && g.Type == reflect.TypeFor[*os.File]() {
-			return nil
-		}
-	}
-	return errors.New("this go-fuse keeps its /dev/fuse descriptor elsewhere")
-}
-
-// deviceFD returns a duplicate of the /dev/fuse descriptor srv reads. It
-// is go-fuse's Server.fuseFD.file, which go-fuse does not export.
-func deviceFD(srv *fuse.Server) (int, error) {
-	if err := deviceFDReachable(); err != nil {
-		return -1, err
-	}
-	v := reflect.ValueOf(srv).Elem().FieldByName("fuseFD")
-	if v.IsNil() {
-		return -1, errors.New("go-fuse's server has no /dev/fuse file")
-	}
-	v = v.Elem().FieldByName("file")
-	if v.IsNil() {
-		return -1, errors.New("go-fuse's server has no /dev/fuse file")
-	}
-	rc, err := (*os.File)(v.UnsafePointer()).SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	dup := -1
-	if cerr := rc.Control(func(fd uintptr) {
-		dup, err = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
-	}); cerr != nil {
-		return -1, cerr
-	}
-	return dup, err
 }
 
 // ioRing is an io_uring with 128-byte SQEs, used by one thread.
