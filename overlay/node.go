@@ -443,13 +443,21 @@ func (n *node) fillAttr(st *unix.Stat_t, out *fuse.Attr) {
 	out.Rdev = uint32(st.Rdev)
 	out.Blksize = uint32(st.Blksize)
 	n.mu.Lock()
-	tmp, layers := n.tmp, len(n.chain)
+	tmp, layers, orphanLower := n.tmp, len(n.chain), n.orphanLower
 	if r := n.rareLocked(); r != nil && r.partedIno != 0 {
 		out.Ino = r.partedIno
 	}
 	n.mu.Unlock()
 	if tmp && out.Nlink > 0 {
 		out.Nlink-- // the workdir's name is not a name
+	}
+	if orphanLower && n.ofs.io.noOpen {
+		// A lower file whose last name was removed while open. The
+		// kernel overlay shows the lower file's count for a reader
+		// and 0 for a writer, which its open copied up; opened
+		// without a request, the two look alike here, and 0 is
+		// what a local filesystem shows for both.
+		out.Nlink = 0
 	}
 	if n.isDir() && (layers > 1 || n.ofs.opts.StaticNlink) {
 		// Counting subdirectories across layers is not worth it;

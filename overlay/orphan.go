@@ -114,11 +114,13 @@ func (n *node) keepLower() bool {
 	keep := !n.isDir() && n.linkCountLocked() == 1 && !n.link0.dir.Layer.Upper && n.heldLocked()
 	n.orphanLower = n.orphanLower || keep
 	n.mu.Unlock()
-	if keep {
+	if keep && !n.ofs.io.noOpen {
 		// The kernel drops the link count it caches for the file: let
 		// it ask again, and see the lower file's, which the kernel
-		// overlay reports too (ovl_getattr()). Attributes only (offset
-		// -1), which waits for no lock or request.
+		// overlay reports too for a reader (ovl_getattr()). Attributes
+		// only (offset -1), which waits for no lock or request. Opened
+		// without a request, the file shows 0 (fillAttr), the count
+		// the kernel now caches.
 		n.NotifyContent(-1, 0)
 	}
 	return keep

@@ -67,6 +67,13 @@ func TestUnlinkedOpenFile(t *testing.T) {
 						// of a stack of its own.
 						ls := newStack(t, 1, build)
 						want = sinceEEXIST(kr, steps(t, ls.lower[0], how, which), by)
+						if pt == "off" {
+							// Opened without a request (noopen=1,
+							// the default where passthrough is
+							// off), the file shows nlink 0
+							// (TestUnlinkedOpenNlink).
+							want[0] = strings.Replace(want[0], " nlink=1 ", " nlink=0 ", 1)
+						}
 					}
 					if len(want) != len(gr) {
 						t.Fatalf("goverlay %q, want %q", gr, want)
@@ -272,4 +279,68 @@ func unlinkedSteps(t *testing.T, mnt, how, which string) []string {
 	b, err := os.ReadFile(p)
 	step("name", err, strings.TrimSpace(string(b)))
 	return out
+}
+
+// TestUnlinkedOpenNlink: fstat(2) on a lower file opened read-only, for
+// writing, and written, whose name was then removed, shows the link count
+// and size the kernel overlay's does (0 for a writer, whose open copied
+// the file up). Opened without a request (noopen=1, the default),
+// goverlay cannot tell a reader from a writer and shows 0 for both, as a
+// local filesystem does; the kernel overlay shows the lower file's 1 to a
+// reader (ovl_getattr()). With noopen=0 every case is the kernel's.
+func TestUnlinkedOpenNlink(t *testing.T) {
+	testutil.RequireRoot(t)
+	build := func(l []*testutil.Layer, _ *testutil.Layer) {
+		l[0].File("f", "lower data\n", 0o644).File("other", "other\n", 0o644)
+	}
+	opens := []struct {
+		name  string
+		flags int
+		write bool
+	}{
+		{"read-only", unix.O_RDONLY, false},
+		{"read-write", unix.O_RDWR, false},
+		{"write-only", unix.O_WRONLY, false},
+		{"written", unix.O_RDWR, true},
+	}
+	steps := func(t *testing.T, mnt, how string, flags int, write bool) string {
+		p := filepath.Join(mnt, "f")
+		fd, err := unix.Open(p, flags|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatalf("open %s: %v", p, err)
+		}
+		defer unix.Close(fd)
+		if write {
+			if _, err := unix.Pwrite(fd, []byte("LOWER DATA AND MORE\n"), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		removeName(t, mnt, p, how)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			t.Fatalf("fstat: %v", err)
+		}
+		return fmt.Sprintf("nlink=%d size=%d", st.Nlink, st.Size)
+	}
+	for _, noopen := range []string{"1", "0"} {
+		for _, how := range []string{"unlink", "rename-over"} {
+			for _, o := range opens {
+				t.Run(fmt.Sprintf("noopen=%s/%s/%s", noopen, how, o.name), func(t *testing.T) {
+					t.Parallel()
+					ks, gs := newStack(t, 1, build), newStack(t, 1, build)
+					kmnt, g := mountK(t, ks), mountG(t, gs, "-o", "noopen="+noopen)
+					want := steps(t, kmnt, how, o.flags, o.write)
+					if noopen == "1" && o.flags == unix.O_RDONLY {
+						if want != "nlink=1 size=11" {
+							t.Fatalf("kernel overlay: %s, want nlink=1 size=11", want)
+						}
+						want = "nlink=0 size=11" // the difference documented above
+					}
+					if got := steps(t, g.Dir, how, o.flags, o.write); got != want {
+						t.Errorf("goverlay: fstat after %s gives %s, kernel overlay %s", how, got, want)
+					}
+				})
+			}
+		}
+	}
 }
