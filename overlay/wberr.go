@@ -186,6 +186,9 @@ func (n *node) cacheWriteLocked(fd int, data [][]byte, off int64, strip bool, un
 func (n *node) wbFailedLocked(fd int, at int64, unique uint64, err error) {
 	wb := n.wbLocked(true)
 	if wb.err == 0 {
+		// The application learns of it at close(2) or fsync(2), as
+		// EIO unless ENOSPC: the log says what it was.
+		n.ofs.log.Printf("writing back inode %d failed at offset %d: %v", n.StableAttr().Ino, at, err)
 		var e syscall.Errno
 		if !errors.As(err, &e) {
 			e = syscall.EIO

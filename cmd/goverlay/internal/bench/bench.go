@@ -147,8 +147,9 @@ Options:
                      directory-cache workloads, only run when asked for),
                      "containers" (those marked [containers]: walks,
                      reads, exec, creates, cp, rm and untar of a tree
-                     that looks like a distribution image, only run when
-                     asked for), "all" (every group)
+                     that looks like a distribution image, and the walk
+                     of a layer's commit, only run when asked for), "all"
+                     (every group)
   --duration D       how long each timed phase runs (default %v)
   --runs N           interleaved rounds (default %d)
   --scale S          size of the dircache workloads relative to their

@@ -98,7 +98,7 @@ func TestParseFlags(t *testing.T) {
 	} else if got := strings.Join(c.Targets, ","); got != "native,kernel-rootless,fuse-overlayfs-rootless,goverlay-rootless" {
 		t.Errorf("--rootless targets: %s", got)
 	}
-	if len(defaults) != 14 || len(dircache) != 7 || len(containers) != 10 {
+	if len(defaults) != 14 || len(dircache) != 7 || len(containers) != 11 {
 		t.Errorf("groups: default %v, dircache %v, containers %v", defaults, dircache, containers)
 	}
 	if c.Duration != DefaultDuration || c.Runs != DefaultRuns || c.Scale != DefaultScale {
@@ -116,6 +116,7 @@ func TestParseFlags(t *testing.T) {
 		"all":                append(append(append([]string(nil), defaults...), dircache...), containers...),
 		"containers":         containers,
 		"ct-read":            {"ct-read-cold", "ct-read-warm"},
+		"ct-commit":          {"ct-commit-walk"},
 		"warm,stat-deep":     {"stat-deep", "warm-stat", "warm-path-miss"},
 		"path-miss":          {"path-miss"},
 		"default,find-cold":  append(append([]string(nil), defaults...), "find-cold"),

@@ -83,6 +83,7 @@ func init() {
 		{name: "ct-find-cold", desc: "drop caches (root), then find(1) of the tree", run: ctFindCold, dropsCaches: true},
 		{name: "ct-find-warm", desc: "find(1) of the tree again, warm (after two untimed walks)", run: ctFindWarm},
 		{name: "ct-stat-walk", desc: "getdents64 and lstat of every entry of the tree, warm", run: ctStatWalk},
+		{name: "ct-commit-walk", desc: "a fresh mount (drop caches, root), then getdents64, lstat, lgetxattr(security.capability) and llistxattr of every entry, as containers/storage's diff of a layer", run: ctCommitWalk, dropsCaches: true},
 		{name: "ct-read-cold", desc: "drop caches (root), then open, read and close every file of the tree", run: ctReadCold, dropsCaches: true},
 		{name: "ct-read-warm", desc: "read every file of the tree again, warm", run: ctReadWarm},
 		{name: "ct-exec", desc: fmt.Sprintf("%d fork+exec of a small static binary in the lower, from a shell loop", ctExecs), run: ctExec},
@@ -349,22 +350,75 @@ func ctFindWarm(ctx context.Context, inst *instance, b *bencher) (sample, error)
 	return b.ctMeasure(inst, b.ct.idx.Entries, func() error { return ctFind(ctx, inst, b) })
 }
 
-func ctStatWalk(ctx context.Context, inst *instance, b *bencher) (sample, error) {
-	walk := func() error {
-		fd, err := sysOpen(b.ctPath(inst, ""), unix.O_RDONLY|unix.O_DIRECTORY, 0)
-		if err != nil {
-			return err
-		}
-		n, err := walkFd(ctx, fd, make([]byte, direntBuf))
-		if err == nil && int(n) != b.ct.idx.Entries {
-			err = fmt.Errorf("the walk found %d entries, want %d", n, b.ct.idx.Entries)
-		}
+// ctWalk reads the names of every directory of the tree with getdents64
+// and lstats every entry, calling each (if not nil) with the entry's path
+// after its lstat, and checks the count of entries.
+func ctWalk(ctx context.Context, inst *instance, b *bencher, each func(path string) error) error {
+	dir := filepath.Join(inst.root, b.ct.name)
+	fd, err := sysOpen(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
 		return err
 	}
+	n, err := walkDir(ctx, fd, dir, make([]byte, direntBuf), each)
+	if err == nil && int(n) != b.ct.idx.Entries {
+		err = fmt.Errorf("the walk found %d entries, want %d", n, b.ct.idx.Entries)
+	}
+	return err
+}
+
+func ctStatWalk(ctx context.Context, inst *instance, b *bencher) (sample, error) {
+	walk := func() error { return ctWalk(ctx, inst, b, nil) }
 	if err := walk(); err != nil {
 		return sample{}, err
 	}
 	return b.ctMeasure(inst, b.ct.idx.Entries, walk)
+}
+
+// ctCommitWalk is what containers/storage does at every commit of a layer
+// when a mount program is set: drivers/overlay's Diff with useNaiveDiff
+// mounts the layer freshly, and pkg/archive's ChangesDirs walks the whole
+// merged tree (collectFileInfoForChanges): getdents64 of each directory,
+// then lstat of each entry and lgetxattr(path, "security.capability") of
+// it (walkchunk), ENODATA being the usual answer. containers/storage
+// recurses into each directory as it meets it and lstats by path; this
+// walk lstats a directory's entries by its fd first, then goes down:
+// every entry gets the same calls, in another order. walkchunk then
+// lists each entry's xattrs (llistxattr), as this step does, to read the
+// user.* ones. ChangesDirs walks the parent layer's mount the same way;
+// this step leaves that out.
+//
+// The fresh mount is had by dropping every cache first, as ct-find-cold
+// does, rather than by a remount: the targets are mounted once per round
+// (bencher.round) by their setup, which also builds the upper and work
+// directories and, rootless, runs the agent in its own namespace, and
+// the steps after this one run on that same mount. Dropping the caches
+// evicts the mount's dentries and inodes with their attributes (the
+// kernel FORGETs them to a FUSE daemon), so that the kernel learns every
+// name again (READDIRPLUS or LOOKUP); it also drops the lower layers'
+// caches, which a fresh mount would find warm, alike for every target.
+func ctCommitWalk(ctx context.Context, inst *instance, b *bencher) (sample, error) {
+	if err := b.dropCold(); err != nil {
+		return sample{}, err
+	}
+	buf, list := make([]byte, 128), make([]byte, 64<<10)
+	capability := func(path string) error {
+		err := eintr(func() error {
+			_, err := unix.Lgetxattr(path, "security.capability", buf)
+			return err
+		})
+		if err != nil && !errors.Is(err, unix.ENODATA) && !errors.Is(err, unix.EOPNOTSUPP) {
+			return fmt.Errorf("lgetxattr %s security.capability: %w", path, err)
+		}
+		err = eintr(func() error {
+			_, err := unix.Llistxattr(path, list)
+			return err
+		})
+		if err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
+			return fmt.Errorf("llistxattr %s: %w", path, err)
+		}
+		return nil
+	}
+	return b.ctMeasure(inst, b.ct.idx.Entries, func() error { return ctWalk(ctx, inst, b, capability) })
 }
 
 // ctReadAll opens, reads and closes every file of the tree and checks

@@ -281,6 +281,13 @@ func findCold(ctx context.Context, inst *instance, b *bencher) (sample, error) {
 // first, then a stat of each, then its subdirectories. It returns the
 // number of entries below.
 func walkFd(ctx context.Context, fd int, buf []byte) (int64, error) {
+	return walkDir(ctx, fd, "", buf, nil)
+}
+
+// walkDir is walkFd that also calls each, if not nil, with the path of
+// every entry (dir, the path of fd's directory, then "/" and the name),
+// right after its stat.
+func walkDir(ctx context.Context, fd int, dir string, buf []byte, each func(path string) error) (int64, error) {
 	defer unix.Close(fd)
 	var names []string
 	for {
@@ -299,6 +306,11 @@ func walkFd(ctx context.Context, fd int, buf []byte) (int64, error) {
 		if err := eintr(func() error { return unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
 			return 0, fmt.Errorf("lstat %s: %w", name, err)
 		}
+		if each != nil {
+			if err := each(dir + "/" + name); err != nil {
+				return 0, err
+			}
+		}
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			subdirs = append(subdirs, name)
 		}
@@ -312,7 +324,7 @@ func walkFd(ctx context.Context, fd int, buf []byte) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("open %s: %w", d, err)
 		}
-		n, err := walkFd(ctx, sub, buf)
+		n, err := walkDir(ctx, sub, dir+"/"+d, buf, each)
 		if err != nil {
 			return 0, err
 		}
