@@ -31,7 +31,7 @@ var fuseOpcodes = []struct {
 	name string
 }{
 	{1, "LOOKUP"}, {3, "GETATTR"}, {4, "SETATTR"}, {9, "MKDIR"}, {10, "UNLINK"},
-	{14, "OPEN"}, {15, "READ"}, {18, "RELEASE"}, {22, "GETXATTR"}, {25, "FLUSH"},
+	{14, "OPEN"}, {15, "READ"}, {18, "RELEASE"}, {22, "GETXATTR"}, {23, "LISTXATTR"}, {25, "FLUSH"},
 	{27, "OPENDIR"}, {28, "READDIR"}, {29, "RELEASEDIR"}, {34, "ACCESS"},
 	{35, "CREATE"}, {44, "READDIRPLUS"}, {52, "STATX"},
 }
