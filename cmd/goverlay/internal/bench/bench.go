@@ -60,6 +60,11 @@ type Config struct {
 	// progress bar, shown only when it is a terminal (nil: none).
 	Out      io.Writer
 	Progress io.Writer
+
+	// hostMounts, when above 0, is how many instances every host
+	// workload mounts instead of the N in its name: the tests' tiny
+	// size, which no flag sets.
+	hostMounts int
 }
 
 // Defaults. The issue suggested 2 s per phase; with 7 targets, 14
@@ -107,7 +112,7 @@ func ParseFlags(args []string) (Config, error) {
 	if *rootless {
 		c.Targets = rootlessTargets(c.Targets)
 	}
-	if c.Workloads, err = expandWorkloads(splitList(*workloads)); err != nil {
+	if c.Workloads, err = expandWorkloads(splitList(*workloads), c.Scale); err != nil {
 		return c, err
 	}
 	if c.Duration <= 0 {
@@ -148,7 +153,12 @@ Options:
                      "containers" (those marked [containers]: walks,
                      reads, exec, creates, cp, rm and untar of a tree
                      that looks like a distribution image, and the walk
-                     of a layer's commit, only run when asked for), "all"
+                     of a layer's commit, only run when asked for),
+                     "host" (those marked [host]: N mounts of a target
+                     over one shared image, the page cache their reads
+                     and execs take, their daemons' memory and the time
+                     per mount; only run when asked for, the N=100 ones
+                     only with --scale 1 or more or by name), "all"
                      (every group)
   --duration D       how long each timed phase runs (default %v)
   --runs N           interleaved rounds (default %d)
@@ -199,7 +209,10 @@ goverlay targets. With them selected, every target's layers get three more
 lowers (the dircache trees) below the shared one. mem-per-inode and
 mem-idle read the FUSE daemon's VmRSS (goverlay's from its pidfile,
 fuse-overlayfs's found in /proc); they show "-" on native and kernel,
-which have none, and lower is better.
+which have none, and lower is better. The host workloads run on the
+kernel, fuse-overlayfs and goverlay targets, not on native or rootless
+ones; host-pss sums the N daemons' Pss, so it too shows "-" on kernel.
+For every MiB and ms workload lower is better.
 
 A target that cannot run here (not root, not installed, mount fails) is
 reported as skipped with the reason. Ctrl-C unmounts everything and removes
@@ -260,9 +273,11 @@ func expandTargets(names []string) ([]string, error) {
 }
 
 // expandWorkloads checks names, expands groups ("default", "dircache",
-// "all") and prefixes, and puts the result in canonical order (fstime's
-// read follows its write, as in fstime). No names is the default group.
-func expandWorkloads(names []string) ([]string, error) {
+// "all", ...) and prefixes, and puts the result in canonical order
+// (fstime's read follows its write, as in fstime). No names is the
+// default group. A group leaves out its fullScale workloads below
+// --scale 1 (scale); a name or prefix selects them.
+func expandWorkloads(names []string, scale float64) ([]string, error) {
 	if len(names) == 0 {
 		names = []string{groupDefault}
 	}
@@ -270,9 +285,10 @@ func expandWorkloads(names []string) ([]string, error) {
 	for _, n := range names {
 		found := false
 		for _, w := range allWorkloads {
-			if n == "all" || w.group == n || w.name == n || strings.HasPrefix(w.name, n+"-") {
-				want[w.name] = true
+			group := n == "all" || w.group == n
+			if group || w.name == n || strings.HasPrefix(w.name, n+"-") {
 				found = true
+				want[w.name] = want[w.name] || !group || !w.fullScale || scale >= 1
 			}
 		}
 		if !found {
@@ -328,7 +344,7 @@ func Run(ctx context.Context, c Config) (rep *Report, err error) {
 		c.Targets, _ = expandTargets(nil)
 	}
 	c.Targets = dedupe(c.Targets)
-	if c.Workloads, err = expandWorkloads(c.Workloads); err != nil {
+	if c.Workloads, err = expandWorkloads(c.Workloads, c.Scale); err != nil {
 		return nil, err
 	}
 

@@ -70,7 +70,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var defaults, dircache, containers []string
+	var defaults, dircache, containers, host, host10 []string
 	for _, w := range allWorkloads {
 		switch w.group {
 		case groupDefault:
@@ -79,6 +79,11 @@ func TestParseFlags(t *testing.T) {
 			dircache = append(dircache, w.name)
 		case groupContainers:
 			containers = append(containers, w.name)
+		case groupHost:
+			host = append(host, w.name)
+			if !w.fullScale {
+				host10 = append(host10, w.name)
+			}
 		default:
 			t.Errorf("workload %s is in no group (%q)", w.name, w.group)
 		}
@@ -98,8 +103,11 @@ func TestParseFlags(t *testing.T) {
 	} else if got := strings.Join(c.Targets, ","); got != "native,kernel-rootless,fuse-overlayfs-rootless,goverlay-rootless" {
 		t.Errorf("--rootless targets: %s", got)
 	}
-	if len(defaults) != 14 || len(dircache) != 7 || len(containers) != 11 {
-		t.Errorf("groups: default %v, dircache %v, containers %v", defaults, dircache, containers)
+	if len(defaults) != 14 || len(dircache) != 7 || len(containers) != 11 || len(host) != 8 {
+		t.Errorf("groups: default %v, dircache %v, containers %v, host %v", defaults, dircache, containers, host)
+	}
+	if got := strings.Join(host10, ","); got != "host-pagecache-10,host-exec-10,host-pss-10,host-mount-10" {
+		t.Errorf("host workloads at any scale: %s", got)
 	}
 	if c.Duration != DefaultDuration || c.Runs != DefaultRuns || c.Scale != DefaultScale {
 		t.Errorf("defaults: duration %v runs %d scale %v", c.Duration, c.Runs, c.Scale)
@@ -113,8 +121,11 @@ func TestParseFlags(t *testing.T) {
 
 	for args, want := range map[string][]string{
 		"dircache":           dircache,
-		"all":                append(append(append([]string(nil), defaults...), dircache...), containers...),
+		"all":                append(append(append(append([]string(nil), defaults...), dircache...), containers...), host10...),
 		"containers":         containers,
+		"host":               host10,
+		"host-mount":         {"host-mount-10", "host-mount-100"},
+		"host-pss-100":       {"host-pss-100"},
 		"ct-read":            {"ct-read-cold", "ct-read-warm"},
 		"ct-commit":          {"ct-commit-walk"},
 		"warm,stat-deep":     {"stat-deep", "warm-stat", "warm-path-miss"},
@@ -134,6 +145,16 @@ func TestParseFlags(t *testing.T) {
 		}
 		if c.Scale != 0.5 {
 			t.Errorf("--scale 0.5 = %v", c.Scale)
+		}
+	}
+
+	// The host group's N=100 workloads come in at --scale 1.
+	for scale, want := range map[string][]string{"0.99": host10, "1": host, "10": host} {
+		c, err := ParseFlags([]string{"--workloads", "host", "--scale", scale})
+		if err != nil {
+			t.Errorf("--workloads host --scale %s: %v", scale, err)
+		} else if strings.Join(c.Workloads, ",") != strings.Join(want, ",") {
+			t.Errorf("--workloads host --scale %s = %v, want %v", scale, c.Workloads, want)
 		}
 	}
 

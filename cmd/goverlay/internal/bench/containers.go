@@ -102,11 +102,7 @@ func init() {
 // setupContainers builds (or indexes) the tree when a containers
 // workload is selected.
 func (b *bencher) setupContainers() error {
-	var any bool
-	for _, w := range b.workloads {
-		any = any || w.group == groupContainers
-	}
-	if !any {
+	if !b.wantsGroup(groupContainers) {
 		return nil
 	}
 	ct := &ctState{name: ctTreeDir}
@@ -169,14 +165,8 @@ func (b *bencher) setupContainers() error {
 	if out, err := exec.Command("tar", "-C", ct.source, "-cf", ct.tarball, idx.Subtree).CombinedOutput(); err != nil {
 		return fmt.Errorf("bench: tar of the containers subtree: %v: %s", err, oneLine(string(out)))
 	}
-	ct.static = staticBinary(ctBusybox)
-	if ct.static == "" {
-		if err := os.MkdirAll(filepath.Join(b.lower, filepath.Dir(ctStatic)), 0o755); err != nil {
-			return err
-		}
-		if err := copyFile(ctBusybox, filepath.Join(b.lower, ctStatic), 0o755); err != nil {
-			return fmt.Errorf("bench: copy %s into the lower: %w", ctBusybox, err)
-		}
+	if ct.static, err = copyStatic(filepath.Join(b.lower, ctStatic)); err != nil {
+		return err
 	}
 	info.Entries, info.Dirs, info.Files, info.Symlinks, info.Bytes = idx.Entries, idx.Dirs, idx.Files, idx.Symlinks, idx.Bytes
 	info.Subtree, info.SubtreeEntries = idx.Subtree, idx.SubtreeEntries
@@ -190,15 +180,32 @@ func (b *bencher) setupContainers() error {
 func staticBinary(path string) string {
 	f, err := elf.Open(path)
 	if err != nil {
-		return fmt.Sprintf("%s: %v (the exec step needs a static busybox)", path, err)
+		return fmt.Sprintf("%s: %v (the exec workloads need a static busybox)", path, err)
 	}
 	defer f.Close()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			return path + " is dynamically linked (the exec step needs a static busybox)"
+			return path + " is dynamically linked (the exec workloads need a static busybox)"
 		}
 	}
 	return ""
+}
+
+// copyStatic copies the static busybox (ctBusybox) to to, in a lower
+// layer, for the exec workloads. It returns why it did not, when the
+// busybox here is not a static one; the exec workloads then fail with
+// that reason.
+func copyStatic(to string) (why string, err error) {
+	if why = staticBinary(ctBusybox); why != "" {
+		return why, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return "", err
+	}
+	if err := copyFile(ctBusybox, to, 0o755); err != nil {
+		return "", fmt.Errorf("bench: copy %s into the lower: %w", ctBusybox, err)
+	}
+	return "", nil
 }
 
 // linkNativeTree gives the native target the tree, as a symlink to the
@@ -237,11 +244,10 @@ func procCPU(pid int) (float64, error) {
 // of USER_HZ, 100 on Linux) from a /proc/PID/stat line; the command
 // name in parentheses may hold spaces.
 func parseProcCPU(data []byte) (float64, error) {
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0, errors.New("no ')' in /proc/PID/stat")
+	f, err := statFields(data)
+	if err != nil {
+		return 0, err
 	}
-	f := strings.Fields(string(data[i+1:]))
 	// f[0] is field 3 (state): utime is f[11], stime f[12].
 	if len(f) < 13 {
 		return 0, fmt.Errorf("short /proc/PID/stat: %d fields after the name", len(f))
@@ -252,6 +258,21 @@ func parseProcCPU(data []byte) (float64, error) {
 		return 0, fmt.Errorf("/proc/PID/stat: utime %q stime %q", f[11], f[12])
 	}
 	return float64(u+s) / 100, nil
+}
+
+// statFields are the fields of a /proc/PID/stat line after the command
+// name, which is in parentheses and may hold spaces: the first is field
+// 3, the state.
+func statFields(data []byte) ([]string, error) {
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return nil, errors.New("no ')' in /proc/PID/stat")
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) == 0 {
+		return nil, errors.New("nothing after the name in /proc/PID/stat")
+	}
+	return f, nil
 }
 
 // ctMeasure times fn, a step's timed part that does ops operations, and

@@ -33,6 +33,8 @@ type bencher struct {
 
 	// The containers workloads' tree (containers.go); nil when none runs.
 	ct *ctState
+	// The host workloads' image (host.go); nil when none runs.
+	host *hostState
 	// rootless is what the rootless targets share (rootless.go).
 	rootless *rootlessEnv
 	// link, in the rootless agent, is the bench at the other end, which
@@ -73,8 +75,9 @@ func newBencher(ctx context.Context, c Config, cl *cleanups) (*bencher, error) {
 	}
 	for _, w := range b.workloads {
 		for _, t := range b.targets {
+			why := w.whyNot(t.def)
 			r := &Result{Workload: w.name, Target: t.def.name, Unit: w.unit, HigherIsBetter: w.higherIsBetter,
-				NotApplicable: !w.applies(t.def)}
+				NotApplicable: why != "", NotApplicableReason: why}
 			b.results[[2]string{w.name, t.def.name}] = r
 			b.rep.Results = append(b.rep.Results, r)
 		}
@@ -109,6 +112,9 @@ func newBencher(ctx context.Context, c Config, cl *cleanups) (*bencher, error) {
 	if err := b.setupContainers(); err != nil {
 		return nil, err
 	}
+	if err := b.setupHost(); err != nil {
+		return nil, err
+	}
 	b.rep.Machine.fill(c.Binary)
 	for _, ts := range b.targets {
 		if ts.skip == "" {
@@ -125,11 +131,7 @@ func newBencher(ctx context.Context, c Config, cl *cleanups) (*bencher, error) {
 // selected workload needs them, and gets the FUSE request counter ready
 // (metadata counts requests too).
 func (b *bencher) setupDircache() error {
-	var any bool
-	for _, w := range b.workloads {
-		any = any || w.group == groupDircache
-	}
-	if any {
+	if b.wantsGroup(groupDircache) {
 		if err := b.buildDircache(); err != nil {
 			return err
 		}
@@ -179,6 +181,16 @@ func (b *bencher) setupTracer() {
 			b.rep.RequestCounting = "unavailable: " + b.tracer.err.Error() + "; goverlay targets: daemon counters only"
 		}
 	}
+}
+
+// wantsGroup says whether a workload of group is selected.
+func (b *bencher) wantsGroup(group string) bool {
+	for _, w := range b.workloads {
+		if w.group == group {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *bencher) wants(workload string) bool {

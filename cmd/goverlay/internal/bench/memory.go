@@ -35,6 +35,15 @@ func hasDaemon(t *targetDef) bool {
 	return t.kind == kindGoverlay || t.kind == kindFuseOverlayfs
 }
 
+// noDaemon says why a workload that reads a FUSE daemon's memory means
+// nothing on t, or "" when t has a daemon.
+func noDaemon(t *targetDef) string {
+	if hasDaemon(t) {
+		return ""
+	}
+	return "no FUSE daemon"
+}
+
 // memPerInode drops the dentries and inodes (the kernel FORGETs the
 // daemon's; the daemon returns to idle), waits for the daemon's RSS to
 // settle, walks tree/ as findCold does (every entry stat'ed, so the
@@ -129,8 +138,14 @@ func procRSS(pid int) (int64, error) {
 // parseVmRSS finds VmRSS in the text of /proc/PID/status and returns it
 // in bytes.
 func parseVmRSS(status []byte) (int64, error) {
-	for _, line := range strings.Split(string(status), "\n") {
-		v, ok := strings.CutPrefix(line, "VmRSS:")
+	return parseKB(status, "VmRSS", "/proc/PID/status")
+}
+
+// parseKB finds the line "key: N kB" in text (of file, for the error)
+// and returns N in bytes.
+func parseKB(text []byte, key, file string) (int64, error) {
+	for _, line := range strings.Split(string(text), "\n") {
+		v, ok := strings.CutPrefix(line, key+":")
 		if !ok {
 			continue
 		}
@@ -144,7 +159,7 @@ func parseVmRSS(status []byte) (int64, error) {
 		}
 		return kb << 10, nil
 	}
-	return 0, fmt.Errorf("no VmRSS in kB in /proc/PID/status")
+	return 0, fmt.Errorf("no %s in kB in %s", key, file)
 }
 
 // daemonPID is the PID of the daemon that serves inst: goverlay's from

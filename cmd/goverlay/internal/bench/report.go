@@ -46,6 +46,8 @@ type Report struct {
 	Goals []Goal `json:"goals,omitempty"`
 	// Containers describes the containers workloads' tree, when any ran.
 	Containers *ContainersInfo `json:"containers,omitempty"`
+	// Host describes the host workloads, when any ran.
+	Host *HostInfo `json:"host,omitempty"`
 }
 
 // Goal is one design target checked on one goverlay target.
@@ -106,12 +108,14 @@ type Result struct {
 	// NotApplicable is set when the workload means nothing on the target
 	// (the mem-* workloads on a target without a daemon): it has no
 	// samples, and its row is all "-".
-	NotApplicable bool      `json:"not_applicable,omitempty"`
-	Samples       []float64 `json:"samples"`
-	Errors        []string  `json:"errors,omitempty"`
-	Min           *float64  `json:"min,omitempty"`
-	Median        *float64  `json:"median,omitempty"`
-	Max           *float64  `json:"max,omitempty"`
+	NotApplicable bool `json:"not_applicable,omitempty"`
+	// NotApplicableReason says why, where the workload gives one.
+	NotApplicableReason string    `json:"not_applicable_reason,omitempty"`
+	Samples             []float64 `json:"samples"`
+	Errors              []string  `json:"errors,omitempty"`
+	Min                 *float64  `json:"min,omitempty"`
+	Median              *float64  `json:"median,omitempty"`
+	Max                 *float64  `json:"max,omitempty"`
 	// VsKernel is the median's performance relative to the reference
 	// target's: median/reference when higher is better, reference/median
 	// when lower is (path-miss), so that above 1 is always faster.
@@ -437,7 +441,7 @@ func (r *Report) writeTable(w io.Writer) {
 		ref = "kernel"
 		fmt.Fprintf(w, "MIN/MEDIAN/MAX over the runs; no kernel results, so no ratios\n\n")
 	} else {
-		fmt.Fprintf(w, "MIN/MEDIAN/MAX over the runs; VS %s = median relative to %s's, above 1 is faster (for µs: %s time / target time)\n\n", strings.ToUpper(ref), ref, ref)
+		fmt.Fprintf(w, "MIN/MEDIAN/MAX over the runs; VS %s = median relative to %s's, above 1 is better: faster, or smaller (for times and memory: %s's value / the target's)\n\n", strings.ToUpper(ref), ref, ref)
 	}
 
 	if d := r.Dircache; d != nil {
@@ -452,7 +456,10 @@ func (r *Report) writeTable(w io.Writer) {
 		}
 		fmt.Fprintf(w, "DAEMON L+G/1000 OPS: goverlay's own counters (lookups + lookups_not_found + attribute_requests) per 1000 ops; lookups include those READDIRPLUS makes for each entry, so they can exceed the requests\n")
 	}
-	if r.Dircache != nil || r.RequestCounting != "" {
+	if r.Host != nil {
+		fmt.Fprintln(w, r.Host.line())
+	}
+	if r.Dircache != nil || r.RequestCounting != "" || r.Host != nil {
 		fmt.Fprintln(w)
 	}
 
@@ -484,7 +491,7 @@ func (r *Report) writeTable(w io.Writer) {
 			row[3] = "error"
 		}
 		if res.VsKernel != nil {
-			row[6] = fmt.Sprintf("%.2f", *res.VsKernel)
+			row[6] = fmtTableRatio(*res.VsKernel)
 		}
 		if res.GetxattrMedian != nil {
 			row[7] = fmtNum(*res.GetxattrMedian)
@@ -502,6 +509,7 @@ func (r *Report) writeTable(w io.Writer) {
 	}
 	writeRows(tw, rows, right)
 	tw.Flush()
+	r.writeNotApplicable(w)
 
 	// The request types behind FUSE REQ/1000 OPS, where they were
 	// counted apart.
@@ -610,14 +618,41 @@ func (r *Report) writeTable(w io.Writer) {
 	r.writeSummary(w)
 }
 
-// fmtSummaryRatio prints a ratio with two decimals, or two significant
-// digits below 0.01.
-func fmtSummaryRatio(v float64) string {
-	if v < 0.01 {
-		return strconv.FormatFloat(v, 'g', 2, 64) + "×"
+// writeNotApplicable says why the rows of "-" are empty, per target and
+// reason, for the workloads that give one.
+func (r *Report) writeNotApplicable(w io.Writer) {
+	type key struct{ target, reason string }
+	var keys []key
+	workloads := map[key][]string{}
+	for _, res := range r.Results {
+		if !res.NotApplicable || res.NotApplicableReason == "" || !r.targetOK(res.Target) {
+			continue
+		}
+		k := key{res.Target, res.NotApplicableReason}
+		if workloads[k] == nil {
+			keys = append(keys, k)
+		}
+		workloads[k] = append(workloads[k], res.Workload)
 	}
-	return fmt.Sprintf("%.2f×", v)
+	if len(keys) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nNot applicable (the rows of \"-\")\n\n")
+	for _, k := range keys {
+		fmt.Fprintf(w, "  %s: %s: %s\n", k.target, strings.Join(workloads[k], ", "), k.reason)
+	}
 }
+
+// fmtTableRatio prints a ratio with two decimals, or two significant
+// digits below 0.01.
+func fmtTableRatio(v float64) string {
+	if v < 0.01 {
+		return strconv.FormatFloat(v, 'g', 2, 64)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func fmtSummaryRatio(v float64) string { return fmtTableRatio(v) + "×" }
 
 // closeBand is how near the reference's median a ratio counts as a draw:
 // within 10% either way.
@@ -731,7 +766,7 @@ func (r *Report) writeSummary(w io.Writer) {
 	fmt.Fprintf(w, "  \"noisy\": a target's runs spread over more than %g×; rerun with more --runs before acting on it.\n", noisySpread)
 }
 
-func sortedKeys(m map[string]float64) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

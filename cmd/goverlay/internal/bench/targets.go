@@ -173,6 +173,8 @@ type instance struct {
 	conn uint64
 	// agent runs the workloads of a rootless target (rootless.go).
 	agent *agent
+	// mountTook is how long the mount command took (mountOver).
+	mountTook time.Duration
 }
 
 // enableUring is the fuse module's switch for FUSE over io_uring: the
@@ -194,25 +196,22 @@ func offerUring() (restore func(), err error) {
 }
 
 // setup makes fresh upper and work directories under dir and mounts the
-// target. Undo steps go on cl.
+// target over the shared lower and the selected workloads' lowers. Undo
+// steps go on cl.
 func (t *targetDef) setup(ctx context.Context, b *bencher, dir string, cl *cleanups) (*instance, error) {
 	if t.rootless {
 		return t.setupRootless(ctx, b, dir, cl)
 	}
-	inst := &instance{def: t, dir: dir}
-	upperDir, work, mnt := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "mnt")
-	cl.push(func() error { return os.RemoveAll(dir) })
-	for _, d := range []string{upperDir, work, mnt} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+	if t.kind == kindNative {
+		upperDir, _, _, err := freshLayerDirs(dir, cl)
+		if err != nil {
 			return nil, err
 		}
-	}
-	if t.kind == kindNative {
 		// The native target sees the same files as the overlays.
 		if err := copyTree(b.lower, upperDir); err != nil {
 			return nil, fmt.Errorf("copy the lower into the native directory: %w", err)
 		}
-		inst.root = upperDir
+		inst := &instance{def: t, dir: dir, root: upperDir}
 		if err := b.lendNativeDircache(upperDir, cl); err != nil {
 			return nil, err
 		}
@@ -221,23 +220,75 @@ func (t *targetDef) setup(ctx context.Context, b *bencher, dir string, cl *clean
 		}
 		return inst, prepareTarget(inst)
 	}
-	for _, p := range append(append([]string{b.lower, upperDir, work, mnt}, b.dcLowers...), b.ctLowers()...) {
+	var fill func(upper string) error
+	if b.wants("readdir-100k") {
+		// The big directory's share of the upper layer.
+		fill = func(upper string) error { return buildDCLayer(upper, b.dc, -1, false, true) }
+	}
+	lowers := append(append([]string{b.lower}, b.dcLowers...), b.ctLowers()...)
+	inst, err := t.mountOver(ctx, b, dir, lowers, fill, cl)
+	if err != nil {
+		return nil, err
+	}
+	if b.tracer != nil && b.tracer.err == nil && t.kind != kindKernel {
+		if inst.conn, err = fuseConnection(inst.root); err != nil {
+			return nil, err
+		}
+	}
+	return inst, prepareTarget(inst)
+}
+
+// freshLayerDirs makes empty upper, work and mnt directories under dir;
+// cl removes dir.
+func freshLayerDirs(dir string, cl *cleanups) (upper, work, mnt string, err error) {
+	upper, work, mnt = filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "mnt")
+	cl.push(func() error { return os.RemoveAll(dir) })
+	for _, d := range []string{upper, work, mnt} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", "", "", err
+		}
+	}
+	return upper, work, mnt, nil
+}
+
+// mountOver mounts one instance of t, an overlay target (not native, not
+// rootless), on dir/mnt over lowers (topmost first) with fresh upper and
+// work directories under dir; fill, when not nil, fills the upper
+// directory first. The instance's mountTook is how long the mount
+// command took, to the mount being live. Undo steps go on cl: they
+// unmount the instance, wait for its daemon to exit (goverlay's PID is
+// read from its pidfile here, fuse-overlayfs's once daemonPID has looked
+// it up) and remove dir.
+func (t *targetDef) mountOver(ctx context.Context, b *bencher, dir string, lowers []string, fill func(upper string) error, cl *cleanups) (*instance, error) {
+	inst := &instance{def: t, dir: dir}
+	upperDir, work, mnt, err := freshLayerDirs(dir, cl)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range append([]string{upperDir, work, mnt}, lowers...) {
 		if strings.ContainsAny(p, ",:\\") {
 			return nil, fmt.Errorf("scratch path %s contains ',', ':' or '\\', which overlay options cannot carry; choose another --dir", p)
 		}
 	}
-	// The big directory's share of the upper layer.
-	if b.wants("readdir-100k") {
-		if err := buildDCLayer(upperDir, b.dc, -1, false, true); err != nil {
+	if fill != nil {
+		if err := fill(upperDir); err != nil {
 			return nil, fmt.Errorf("fill the upper layer: %w", err)
 		}
 	}
-	lowers := strings.Join(append(append([]string{b.lower}, b.dcLowers...), b.ctLowers()...), ":")
-	layers := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lowers, upperDir, work)
+	layers := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(lowers, ":"), upperDir, work)
+	// Wait for the daemon to go after the unmount (pushed first, so it
+	// runs last): what runs next must not share the CPU with a departing
+	// daemon, and nothing the bench started outlives it.
+	cl.push(func() error {
+		if !waitGone(inst.pid, 5*time.Second) {
+			return fmt.Errorf("the daemon of %s (PID %d) still runs 5 s after its unmount", mnt, inst.pid)
+		}
+		return nil
+	})
 	// Unmount whatever ends up on mnt, even if the mount command failed
 	// half-way or was interrupted.
 	cl.push(func() error { return unmountAll(mnt) })
-	var err error
+	start := time.Now()
 	switch t.kind {
 	case kindKernel:
 		err = unix.Mount("overlay", mnt, "overlay", 0, layers)
@@ -267,12 +318,11 @@ func (t *targetDef) setup(ctx context.Context, b *bencher, dir string, cl *clean
 		}
 		if err == nil {
 			inst.pid = readPid(pidfile)
-			// Wait for the daemon to go after the unmount (pushed
-			// after, so it runs before): the next round must not
-			// share the CPU with a departing daemon.
-			cl.push(func() error { waitGone(inst.pid, 5*time.Second); return nil })
 		}
+	default:
+		err = fmt.Errorf("%s is not an overlay target", t.name)
 	}
+	inst.mountTook = time.Since(start)
 	if err != nil {
 		return nil, err
 	}
@@ -281,12 +331,7 @@ func (t *targetDef) setup(ctx context.Context, b *bencher, dir string, cl *clean
 	}
 	cl.push(func() error { return unmountAll(mnt) })
 	inst.root = mnt
-	if b.tracer != nil && b.tracer.err == nil && t.kind != kindKernel {
-		if inst.conn, err = fuseConnection(mnt); err != nil {
-			return nil, err
-		}
-	}
-	return inst, prepareTarget(inst)
+	return inst, nil
 }
 
 // lendNativeDircache moves the native target's merged dircache trees
@@ -351,16 +396,36 @@ func readPid(path string) int {
 	return pid
 }
 
-// waitGone waits until process pid has exited.
-func waitGone(pid int, limit time.Duration) {
+// waitGone waits until process pid has exited: it is gone, or a zombie.
+// A daemon that detached from its mount command is init's child, and
+// stays a zombie until init reaps it, which some inits do late (seconds
+// later); a zombie has released its memory, its files and its /dev/fuse
+// (do_exit(): exit_mm(), exit_files()), so it is gone as far as the
+// bench is concerned. It says whether the process went within limit.
+func waitGone(pid int, limit time.Duration) bool {
 	if pid <= 0 {
-		return
+		return true
 	}
-	for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
-			return
+	for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) || procState(pid) == 'Z' {
+			return true
 		}
 	}
+	return false
+}
+
+// procState is the state letter of process pid in /proc/PID/stat (R, S,
+// Z, ...), or 0 when it cannot be read.
+func procState(pid int) byte {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f, err := statFields(data)
+	if err != nil || len(f[0]) == 0 {
+		return 0
+	}
+	return f[0][0]
 }
 
 // readStats asks a goverlay daemon for its counters: one of the bench's

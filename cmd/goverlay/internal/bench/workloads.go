@@ -21,11 +21,16 @@ import (
 type workloadDef struct {
 	name, unit, desc string
 	higherIsBetter   bool
-	// group is the workload's group: "default" or "dircache".
+	// group is the workload's group: "default", "dircache",
+	// "containers" or "host".
 	group string
-	// appliesTo says which targets the workload means something on; nil
-	// is every target. The others get no sample and show "-".
-	appliesTo func(*targetDef) bool
+	// fullScale: its group (and "all") selects it only at --scale 1 or
+	// more; its name or a prefix of it selects it at any scale.
+	fullScale bool
+	// notFor says why the workload means nothing on a target, or ""
+	// where it does; nil is every target. The others get no sample,
+	// show "-", and the report gives the reason.
+	notFor func(*targetDef) string
 	// countsRequests: the workload counts the FUSE requests of its timed
 	// part (countRequests), so the request counter is set up for it.
 	countsRequests bool
@@ -38,7 +43,15 @@ type workloadDef struct {
 
 // applies says whether w is run on t.
 func (w *workloadDef) applies(t *targetDef) bool {
-	return w.appliesTo == nil || w.appliesTo(t)
+	return w.whyNot(t) == ""
+}
+
+// whyNot says why w is not run on t, or "" when it is.
+func (w *workloadDef) whyNot(t *targetDef) string {
+	if w.notFor == nil {
+		return ""
+	}
+	return w.notFor(t)
 }
 
 // The workload groups --workloads takes besides names and prefixes; "all"
@@ -165,11 +178,11 @@ var allWorkloads = func() []*workloadDef {
 				fmtNum(float64(full.treeFiles())), fmtNum(float64(full.TreeDirs))),
 			countsRequests: true, run: findCold},
 		{name: "mem-per-inode", unit: "bytes/inode", higherIsBetter: false,
-			desc:      "FUSE daemons only: drop dentries and inodes (root), then the daemon's VmRSS growth over a walk of find-cold's tree, per entry",
-			appliesTo: hasDaemon, run: memPerInode},
+			desc:   "FUSE daemons only: drop dentries and inodes (root), then the daemon's VmRSS growth over a walk of find-cold's tree, per entry",
+			notFor: noDaemon, run: memPerInode},
 		{name: "mem-idle", unit: "MiB", higherIsBetter: false,
-			desc:      fmt.Sprintf("FUSE daemons only: drop dentries and inodes (root), then the daemon's VmRSS once it stops falling (at most %v)", rssSettleLimit),
-			appliesTo: hasDaemon, run: memIdle},
+			desc:   fmt.Sprintf("FUSE daemons only: drop dentries and inodes (root), then the daemon's VmRSS once it stops falling (at most %v)", rssSettleLimit),
+			notFor: noDaemon, run: memIdle},
 		{name: "readdir-100k", unit: "entries/s", higherIsBetter: true,
 			desc: fmt.Sprintf("warm readdir (getdents64, names only) of one directory of %s entries merged from 3 lowers and the upper",
 				fmtNum(dcFullBig)),
