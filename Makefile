@@ -1,7 +1,8 @@
 # goverlay: build, install and uninstall.
 #
-#   make                  build ./goverlay, its version from git describe
-#   make install          install the binary and the man page (as root)
+#   make                  build ./goverlay and ./goverlay-bench (goverlay bench
+#                         runs it), static, the version from git describe
+#   make install          install both and the man page (as root)
 #   make uninstall        remove what install put in place
 #   make man              regenerate docs/goverlay.1 from docs/goverlay.1.md
 #   make check            go vet and the test suite (as root: tests mount)
@@ -25,27 +26,37 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
 
+# Static: a mount starts goverlay twice, and the dynamic loader was a
+# quarter of each start (docs/BENCHMARKS.md, "Many mounts of one image").
+CGO_ENABLED ?= 0
+export CGO_ENABLED
+
 .PHONY: all install uninstall man check clean
 
-# BIN is where the build goes.
+# BIN is where the build goes; BENCH beside it.
 BIN     ?= goverlay
+BENCH   ?= $(dir $(BIN))goverlay-bench
 
-all: $(BIN)
+all: $(BIN) $(BENCH)
 
 # Always rebuilt: go build knows what is stale.
 $(BIN): FORCE
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/goverlay
 
+$(BENCH): FORCE
+	$(GO) build -trimpath -o $@ ./cmd/goverlay-bench
+
 FORCE:
 
-install: $(BIN) docs/goverlay.1
+install: $(BIN) $(BENCH) docs/goverlay.1
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1
 	install -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/goverlay
+	install -m 0755 $(BENCH) $(DESTDIR)$(BINDIR)/goverlay-bench
 	install -m 0644 docs/goverlay.1 $(DESTDIR)$(MANDIR)/man1/goverlay.1
 	@test -n "$(DESTDIR)" || mandb -q >/dev/null 2>&1 || true
 
 uninstall:
-	rm -f $(DESTDIR)$(BINDIR)/goverlay $(DESTDIR)$(MANDIR)/man1/goverlay.1
+	rm -f $(DESTDIR)$(BINDIR)/goverlay $(DESTDIR)$(BINDIR)/goverlay-bench $(DESTDIR)$(MANDIR)/man1/goverlay.1
 	@test -n "$(DESTDIR)" || mandb -q >/dev/null 2>&1 || true
 
 man: FORCE
@@ -56,4 +67,4 @@ check:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 clean:
-	rm -f $(BIN)
+	rm -f $(BIN) $(BENCH)

@@ -1,39 +1,41 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-
-	"github.com/goverlay/goverlay/cmd/goverlay/internal/bench"
+	"os/exec"
+	"path/filepath"
+	"syscall"
 )
 
-// runBench is `goverlay bench`: the side-by-side comparison of
-// docs/BENCHMARKS.md, over scratch layers it makes and removes itself.
+// benchProgram is the program `goverlay bench` runs: cmd/goverlay-bench,
+// kept out of this binary (its packages' initialisation would cost every
+// mount, see cmd/goverlay-bench).
+const benchProgram = "goverlay-bench"
+
+// runBench is `goverlay bench`: it replaces this process with
+// goverlay-bench, found beside this binary or in PATH, which runs this
+// goverlay unless --binary names another. It returns only on failure.
 func runBench(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == bench.AgentFlag {
-		return bench.Agent(args[1:], os.Stdin, stdout, stderr)
-	}
-	c, err := bench.ParseFlags(args)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
+	self, err := os.Executable()
 	if err != nil {
-		fmt.Fprintf(stderr, "goverlay: %v\n", err)
+		fmt.Fprintf(stderr, "goverlay: bench: cannot find this program: %v\n", err)
 		return exitUsage
 	}
-	// The table goes to stdout; the progress bar to stderr, and only
-	// when it is a terminal.
-	c.Out, c.Progress = stdout, stderr
-	if _, err := bench.Run(context.Background(), c); err != nil {
-		fmt.Fprintf(stderr, "goverlay: bench: %v\n", err)
-		if errors.Is(err, context.Canceled) {
-			return 130
+	prog := filepath.Join(filepath.Dir(self), benchProgram)
+	if _, err := os.Stat(prog); err != nil {
+		p, lerr := exec.LookPath(benchProgram)
+		if lerr != nil {
+			fmt.Fprintf(stderr, "goverlay: bench: %s is neither beside %s nor in PATH; build it with make, or go build -o %s ./cmd/goverlay-bench\n",
+				benchProgram, self, filepath.Dir(self))
+			return exitUsage
 		}
-		return exitMount
+		prog = p
 	}
-	return exitOK
+	// A later --binary in args wins: the flag package keeps the last.
+	argv := append([]string{benchProgram, "--binary", self}, args...)
+	err = syscall.Exec(prog, argv, os.Environ())
+	fmt.Fprintf(stderr, "goverlay: bench: cannot run %s: %v\n", prog, err)
+	return exitUsage
 }

@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,9 +15,10 @@ import (
 // installTimeout bounds make install, which builds the binary.
 const installTimeout = 5 * time.Minute
 
-// TestMakeInstall: make install puts goverlay and its man page under
-// DESTDIR, where mount(8) (through mount.fuse3) and man(1) find them; the
-// binary says which commit it was built from; make uninstall removes both.
+// TestMakeInstall: make install puts goverlay, statically linked,
+// goverlay-bench and the man page under DESTDIR, where mount(8) (through
+// mount.fuse3) and man(1) find them; the binary says which commit it was
+// built from; make uninstall removes them.
 func TestMakeInstall(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.LeakCheck(t)
@@ -34,10 +36,21 @@ func TestMakeInstall(t *testing.T) {
 	}
 	installed := filepath.Join(dest, "usr/local/bin/goverlay")
 	page := filepath.Join(dest, "usr/local/share/man/man1/goverlay.1")
-	for _, p := range []string{installed, page} {
+	for _, p := range []string{installed, filepath.Join(dest, "usr/local/bin/goverlay-bench"), page} {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("make install did not install %s: %v", p, err)
 		}
+	}
+	// Static: each of a mount's two starts skips the dynamic loader.
+	if f, err := elf.Open(installed); err != nil {
+		t.Error(err)
+	} else {
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP {
+				t.Errorf("%s is dynamically linked (it has a PT_INTERP)", installed)
+			}
+		}
+		f.Close()
 	}
 
 	t.Run("version", func(t *testing.T) {
@@ -94,7 +107,7 @@ func TestMakeInstall(t *testing.T) {
 	if r.Code != 0 {
 		t.Fatalf("make uninstall: %s", r)
 	}
-	for _, p := range []string{installed, page} {
+	for _, p := range []string{installed, filepath.Join(dest, "usr/local/bin/goverlay-bench"), page} {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("make uninstall left %s (%v)", p, err)
 		}

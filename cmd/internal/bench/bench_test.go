@@ -33,7 +33,7 @@ func goverlayBinary(t *testing.T) string {
 	if !builtBinary.done {
 		builtBinary.done = true
 		_, file, _, _ := runtime.Caller(0)
-		moduleRoot := filepath.Join(filepath.Dir(file), "..", "..", "..", "..")
+		moduleRoot := filepath.Join(filepath.Dir(file), "..", "..", "..")
 		dir, err := os.MkdirTemp("", "goverlay-bench-test-bin-")
 		if err != nil {
 			t.Fatal(err)
@@ -43,7 +43,9 @@ func goverlayBinary(t *testing.T) string {
 		if err != nil {
 			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
 		}
-		cmd := exec.Command(goTool, "build", "-o", bin, "./cmd/goverlay")
+		// Both programs, as make builds them: the rootless agent is
+		// goverlay-bench.
+		cmd := exec.Command(goTool, "build", "-o", dir+"/", "./cmd/goverlay", "./cmd/goverlay-bench")
 		cmd.Dir = moduleRoot
 		out, err := cmd.CombinedOutput()
 		builtBinary.path = bin
@@ -52,7 +54,7 @@ func goverlayBinary(t *testing.T) string {
 		}
 	}
 	if builtBinary.err != nil {
-		t.Fatalf("go build ./cmd/goverlay: %v", builtBinary.err)
+		t.Fatalf("go build ./cmd/goverlay ./cmd/goverlay-bench: %v", builtBinary.err)
 	}
 	return builtBinary.path
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -123,11 +124,6 @@ func ParseFlags(args []string) (Config, error) {
 	}
 	if !(c.Scale > 0 && c.Scale <= 10) {
 		return c, fmt.Errorf("bench: --scale must be above 0 and at most 10, as in --scale 1 for the full 100,000 files")
-	}
-	if c.Binary == "" {
-		if exe, err := os.Executable(); err == nil {
-			c.Binary = exe
-		}
 	}
 	return c, nil
 }
@@ -324,9 +320,7 @@ func Run(ctx context.Context, c Config) (rep *Report, err error) {
 		c.Dir = os.TempDir()
 	}
 	if c.Binary == "" {
-		if exe, err := os.Executable(); err == nil {
-			c.Binary = exe
-		}
+		c.Binary = defaultBinary()
 	}
 	if c.Binary != "" {
 		if abs, err := filepath.Abs(c.Binary); err == nil {
@@ -421,4 +415,21 @@ func (c *cleanups) run() error {
 	}
 	c.fns = nil
 	return errors.Join(errs...)
+}
+
+// defaultBinary is the goverlay binary the goverlay targets run when
+// --binary names none: the one beside this program (make builds both into
+// one directory, and `goverlay bench` names itself), else the one in
+// PATH, else "" (the goverlay targets are then skipped, saying so).
+func defaultBinary() string {
+	if self, err := os.Executable(); err == nil {
+		beside := filepath.Join(filepath.Dir(self), "goverlay")
+		if st, err := os.Stat(beside); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return beside
+		}
+	}
+	if p, err := exec.LookPath("goverlay"); err == nil {
+		return p
+	}
+	return ""
 }

@@ -130,7 +130,7 @@ func (t *targetDef) precheck(c Config) string {
 			return "no baseline binary (--baseline)"
 		}
 		if bin == "" {
-			return "no goverlay binary (--binary)"
+			return "no goverlay binary beside goverlay-bench or in PATH (--binary PATH names one)"
 		}
 		if st, err := os.Stat(bin); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
 			return fmt.Sprintf("goverlay binary %s is not an executable file", bin)

@@ -41,7 +41,7 @@ import (
 	"github.com/goverlay/goverlay/overlay"
 )
 
-// AgentFlag, as the first argument of `goverlay bench`, runs the rootless
+// AgentFlag, as the first argument of goverlay-bench, runs the rootless
 // agent instead of a bench.
 const AgentFlag = "--rootless-agent"
 
@@ -49,7 +49,7 @@ const AgentFlag = "--rootless-agent"
 const rootlessUser = "goverlaybench"
 
 // agentExecutable is the program that runs the agent: this one (tests
-// replace it with a goverlay binary).
+// replace it with a goverlay-bench binary).
 var agentExecutable = os.Executable
 
 // rootlessEnv is what every rootless target of a run shares, set up once.
@@ -462,7 +462,7 @@ func (t *targetDef) setupRootless(ctx context.Context, b *bencher, dir string, c
 		return nil, err
 	}
 	cmd := exec.Command("setpriv", "--reuid="+strconv.Itoa(env.uid), "--regid="+strconv.Itoa(env.gid), "--clear-groups",
-		"unshare", "-Urm", "--", env.agent, "bench", AgentFlag, string(js))
+		"unshare", "-Urm", "--", env.agent, AgentFlag, string(js))
 	// Its own process group: Ctrl-C is the bench's to handle, which
 	// closes the agent's stdin so that it unmounts.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -547,7 +547,7 @@ func (a *agent) stop(pidfile string) error {
 // (agentStatsRequest), and answers with a JSON line; at EOF it unmounts.
 func Agent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) != 1 {
-		fmt.Fprintf(stderr, "usage: goverlay bench %s SPEC (run by goverlay bench itself)\n", AgentFlag)
+		fmt.Fprintf(stderr, "usage: goverlay-bench %s SPEC (run by goverlay bench itself)\n", AgentFlag)
 		return 2
 	}
 	var spec agentSpec

@@ -27,7 +27,7 @@ func rootlessSetup(t *testing.T) (bin, dir string) {
 	bin = goverlayBinary(t)
 	saved := agentExecutable
 	t.Cleanup(func() { agentExecutable = saved })
-	agentExecutable = func() (string, error) { return bin, nil }
+	agentExecutable = func() (string, error) { return filepath.Join(filepath.Dir(bin), "goverlay-bench"), nil }
 	dir = t.TempDir()
 	for _, d := range []string{filepath.Dir(dir), dir} {
 		if err := os.Chmod(d, 0o755); err != nil {
