@@ -34,7 +34,9 @@ const fuseOverlayfs = "/usr/bin/fuse-overlayfs"
 // start, commit and diff; the race build is slower to start and serve, and
 // podman never reports the daemon's exit status, so the race detector's
 // exit code 66 would be lost anyway. TestStorageArgv, which does see the
-// daemon's exit status, uses the race build of testutil.Binary.
+// daemon's exit status, uses the race build of testutil.Binary. It is
+// linked statically, as make builds it, so that the builds measured here
+// start the program users install.
 func plainBinary(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "goverlay")
@@ -42,6 +44,7 @@ func plainBinary(t testing.TB) string {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/goverlay")
 	cmd.Dir = testutil.ModuleRoot(t)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/goverlay: %v\n%s", err, out)
 	}

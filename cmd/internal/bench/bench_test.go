@@ -47,6 +47,7 @@ func goverlayBinary(t *testing.T) string {
 		// goverlay-bench.
 		cmd := exec.Command(goTool, "build", "-o", dir+"/", "./cmd/goverlay", "./cmd/goverlay-bench")
 		cmd.Dir = moduleRoot
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // as make builds them
 		out, err := cmd.CombinedOutput()
 		builtBinary.path = bin
 		if err != nil {
