@@ -1,6 +1,7 @@
 // Package uringswitch lets tests mount while the kernel offers FUSE over
-// io_uring. It imports nothing of goverlay's, so that the overlay
-// package's own tests can use it as well as tests/testutil.
+// io_uring, and gives them one workload to send over the ring (Workload).
+// It imports nothing of goverlay's, so that the overlay and fuseserve
+// packages' own tests can use it as well as tests/testutil.
 package uringswitch
 
 import (
