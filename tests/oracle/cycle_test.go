@@ -218,7 +218,7 @@ func runCycles(t *testing.T, sc cscenario) {
 				step(kc)
 				step(gc)
 				if d := testutil.DiffWith(transcript(kc.out), transcript(gc.out), testutil.DiffOptions{}); len(d) > 0 {
-					t.Errorf("the step's outcomes differ (kernel, goverlay):\n  %s", strings.Join(sideBySide(kc.out, gc.out), "\n  "))
+					t.Errorf("the step's outcomes differ:\n  %s", strings.Join(testutil.DiffLines(kc.out, gc.out, "kernel", "goverlay"), "\n  "))
 				}
 			}
 			kt = testutil.Snapshot(t, kmnt)
@@ -270,24 +270,6 @@ func transcript(lines []string) testutil.Tree {
 		tr[fmt.Sprintf("%04d", i)] = &testutil.Node{Type: "op", Target: l}
 	}
 	return tr
-}
-
-// sideBySide lists the lines where two transcripts part.
-func sideBySide(a, b []string) []string {
-	var out []string
-	for i := range max(len(a), len(b)) {
-		var x, y string
-		if i < len(a) {
-			x = a[i]
-		}
-		if i < len(b) {
-			y = b[i]
-		}
-		if x != y {
-			out = append(out, fmt.Sprintf("%q\n    vs %q", x, y))
-		}
-	}
-	return out
 }
 
 // TestCycleScenarios runs the cycling scenarios, written for it, and the

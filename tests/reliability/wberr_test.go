@@ -333,25 +333,7 @@ func TestSeekDataCached(t *testing.T) {
 				extra = []string{"-o", mode}
 			}
 			got := seekSteps(t, mountG(t, newStack(t, 1, build), extra...).Dir)
-			reportDiff(t, "SEEK_DATA and SEEK_HOLE", diffLines(want, got))
+			reportDiff(t, "SEEK_DATA and SEEK_HOLE", testutil.DiffLines(want, got, "kernel", "goverlay"))
 		})
 	}
-}
-
-// diffLines lists where two step logs differ, the kernel overlay's first.
-func diffLines(k, g []string) []string {
-	var d []string
-	for i := range max(len(k), len(g)) {
-		var a, b string
-		if i < len(k) {
-			a = k[i]
-		}
-		if i < len(g) {
-			b = g[i]
-		}
-		if a != b {
-			d = append(d, fmt.Sprintf("kernel %q, goverlay %q", a, b))
-		}
-	}
-	return d
 }

@@ -168,3 +168,22 @@ func (tr Tree) String() string {
 	}
 	return b.String()
 }
+
+// DiffLines lists the positions where two logs of steps differ, one line
+// each, naming a's entry la and b's lb; none means equal.
+func DiffLines(a, b []string, la, lb string) []string {
+	var d []string
+	for i := range max(len(a), len(b)) {
+		var x, y string
+		if i < len(a) {
+			x = a[i]
+		}
+		if i < len(b) {
+			y = b[i]
+		}
+		if x != y {
+			d = append(d, fmt.Sprintf("%s %q, %s %q", la, x, lb, y))
+		}
+	}
+	return d
+}
