@@ -23,7 +23,8 @@ func TestBenchProgram(t *testing.T) {
 	if err := os.WriteFile(self, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r := testutil.Run(t, cmdTimeout, []string{"PATH=/usr/bin:/bin"}, self, "bench", "--help")
+	// A PATH with nothing in it: goverlay-bench is nowhere to be found.
+	r := testutil.Run(t, cmdTimeout, []string{"PATH=" + t.TempDir()}, self, "bench", "--help")
 	if r.Code != 1 || !strings.Contains(r.Stderr, "goverlay-bench is neither beside "+self+" nor in PATH") ||
 		!strings.Contains(r.Stderr, "./cmd/goverlay-bench") {
 		t.Errorf("goverlay bench without goverlay-bench: %s; want exit 1 and where it looked", r)
