@@ -448,28 +448,12 @@ func ctReadAll(ctx context.Context, inst *instance, b *bencher) error {
 	buf := make([]byte, 128<<10)
 	root := filepath.Join(inst.root, b.ct.name) + "/"
 	var total int64
-	for i, p := range b.ct.idx.FilePaths {
-		if i%256 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		fd, err := sysOpen(root+p, unix.O_RDONLY, 0)
+	for _, p := range b.ct.idx.FilePaths {
+		n, err := readFile(ctx, root+p, buf)
 		if err != nil {
 			return err
 		}
-		for {
-			n, err := sysRead(fd, buf)
-			if err != nil {
-				unix.Close(fd)
-				return fmt.Errorf("read %s: %w", p, err)
-			}
-			if n == 0 {
-				break
-			}
-			total += int64(n)
-		}
-		unix.Close(fd)
+		total += n
 	}
 	if total != b.ct.idx.Bytes {
 		return fmt.Errorf("read %d bytes, want %d", total, b.ct.idx.Bytes)

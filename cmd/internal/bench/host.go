@@ -324,8 +324,7 @@ func readFile(ctx context.Context, path string, buf []byte) (int64, error) {
 // share (their binary's text, the libraries) once and each one's own
 // memory in full: what the N daemons cost the host together. Processes
 // outside the sum that map the same binary (the round's own instance of
-// the target; the bench itself when it is the goverlay it mounts) take
-// their share of those shared pages with them.
+// the target) take their share of those shared pages with them.
 func (b *bencher) hostPSS(ctx context.Context, inst *instance, workload string, n int) (sample, error) {
 	return b.onHost(ctx, inst, workload, n, func(insts []*instance) (float64, error) {
 		buf := make([]byte, 4096)
