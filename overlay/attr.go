@@ -47,6 +47,11 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		size, hasSize := in.GetSize()
 		kind := copyMeta
 		if hasSize {
+			done, err := n.dataChangeStart()
+			if err != nil {
+				return errno(err)
+			}
+			defer done()
 			// The kernel drops its pages beyond the new size
 			// with it: a failed write-back is behind (wberr.go).
 			defer n.wbReset()

@@ -201,7 +201,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		child.Operations().(*node).keepCreated(fd, flags)
 		return child, nil, handleOpenFlags, 0
 	}
-	return child, newHandle(child.Operations().(*node), fd, true, true), handleOpenFlags, 0
+	return child, newHandle(ctx, child.Operations().(*node), fd, true, true), handleOpenFlags, 0
 }
 
 var _ = (fs.NodeMkdirer)((*node)(nil))

@@ -19,6 +19,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	write := flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC) != 0
 	if write {
+		done, err := n.dataChangeStart()
+		if err != nil {
+			return nil, 0, errno(err)
+		}
+		defer done()
 		kind := copyData
 		if flags&syscall.O_TRUNC != 0 {
 			kind = copyNoData
@@ -66,17 +71,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, errno(err)
 	}
-	h := newHandle(n, fd, upperFD, write)
-	if h.passthrough && !write {
-		// A reader that joins passthrough may be the one whose fd
-		// go-fuse registers as the node's backing file, which every
-		// passthrough handle then writes through: it must be
-		// writable (the daemon may open the upper file so).
-		if rw, err := par.Open(name, bflags&^unix.O_ACCMODE|unix.O_RDWR); err == nil {
-			unix.Close(h.fd)
-			h.fd = rw
-		}
-	}
+	h := newHandle(ctx, n, fd, upperFD, write)
 	if upperFD && !write && bflags&(unix.O_NOATIME|unix.O_DIRECT) == 0 {
 		// An open for reading only (a direct reader's reads all
 		// reach the daemon).

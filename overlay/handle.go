@@ -20,8 +20,11 @@ import (
 // cache, as fuse-overlayfs does.
 type handle struct {
 	n *node
-	// passthrough is decided at open (node.openMode) and never changes.
-	passthrough bool
+	// kind is decided at open (node.openMode) and never changes;
+	// backing is the ID of the backing file the kernel is given with
+	// it.
+	kind    ioKind
+	backing int32
 
 	mu    sync.Mutex
 	fd    int
@@ -33,24 +36,13 @@ type handle struct {
 }
 
 // newHandle wraps fd, an open file of n (in the upper layer when upper),
-// opened for writing when write.
-func newHandle(n *node, fd int, upper, write bool) *handle {
+// opened for writing when write, for the OPEN, CREATE or TMPFILE request
+// of ctx to reply with.
+func newHandle(ctx context.Context, n *node, fd int, upper, write bool) *handle {
 	h := &handle{n: n, fd: fd, upper: upper, stale: -1}
-	h.passthrough = n.openMode(upper, write)
+	h.kind, h.backing = n.openMode(fd, upper, write)
+	n.ofs.raw.handleOpened(ctx, h)
 	return h
-}
-
-var _ = (fs.FilePassthroughFder)((*handle)(nil))
-
-// PassthroughFd offers the kernel the upper file to read and write
-// directly (FUSE passthrough), when openMode chose it.
-func (h *handle) PassthroughFd() (int, bool) {
-	if !h.passthrough {
-		return -1, false
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.fd, true
 }
 
 var (
@@ -222,8 +214,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		unix.Close(h.stale)
 		h.stale = -1
 	}
-	n, pt := h.n, h.passthrough
-	n.ofs.raw.afterRelease(ctx, func() { n.closed(pt) })
+	h.n.closed(h.kind)
 	return errno(err)
 }
 
@@ -275,7 +266,7 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 // Lseek answers SEEK_DATA and SEEK_HOLE from the backing file, once it
 // holds what the kernel caches (seekFlush).
 func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
-	if !h.passthrough {
+	if !h.kind.backed() {
 		h.n.seekFlush(off)
 	}
 	fd, err := h.current()

@@ -44,6 +44,11 @@ type Options struct {
 	// Passthrough lets the kernel read and write upper files directly
 	// (Linux 6.9+, root; only with OpenRequests); see passthrough.go.
 	Passthrough bool
+	// ShareCache opens files still in a lower layer with passthrough to
+	// the lower file, so that every mount of a layer maps and reads the
+	// same pages (-o sharecache=on; only with OpenRequests and
+	// Passthrough; passthrough.go).
+	ShareCache bool
 	// Writeback is the -o writeback= setting: the kernel's writeback
 	// cache, by default where passthrough is not granted (writeback.go).
 	Writeback WritebackMode

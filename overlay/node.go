@@ -93,8 +93,17 @@ type rareFields struct {
 	// (timesLock).
 	timesMu sync.Mutex
 	// openCached and openPassthrough count the open handles by I/O
-	// mode: the kernel refuses to mix the two on one inode (ETXTBSY).
-	openCached, openPassthrough int32
+	// mode (passthrough.go): the kernel refuses to mix the two on one
+	// inode (ETXTBSY). openPassthrough counts the users of backing, the
+	// backing file's ID, which is the lower file's when backingLower;
+	// changing counts the opens for writing and truncates under way
+	// (dataChangeStart).
+	openCached, openPassthrough, changing int32
+	backing                               int32
+	backingLower                          bool
+	// released is closed when backingLower ends, for those waiting
+	// for it (dataChangeStart).
+	released chan struct{}
 	// redirect is the overlay.redirect of a directory's upper instance,
 	// as stored (relative or absolute): where its lower instances are,
 	// when it was moved (prepareMove); for a metacopy file, where its

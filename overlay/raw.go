@@ -22,9 +22,12 @@ type rawFS struct {
 	// stats counts opens by the I/O mode the kernel was given.
 	stats *stats
 	marks sync.Map // <-chan struct{} → reqMark
-	// releasing holds, for each RELEASE in flight, what its handle left
-	// to run once go-fuse is done with the file (afterRelease).
-	releasing sync.Map // <-chan struct{} → *func()
+	// opens holds, for each OPEN and CREATE in flight, the handle the
+	// node opened, whose I/O mode sets the reply's flags and backing
+	// file (opened).
+	opens sync.Map // <-chan struct{} → **handle
+	// server registers backing files (passthrough.go); set at INIT.
+	server atomic.Pointer[fuse.Server]
 	// dirs serves the READDIRs of directories opened without a request
 	// (diropen.go).
 	dirs dirStreams
@@ -170,25 +173,56 @@ func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut)
 		return fuse.ENOSYS
 	}
 	defer r.mark(cancel, reqMark{flags: killFlag(in.Mode&fuse.OPEN_KILL_SUIDGID != 0)})()
+	h := r.opening(cancel)
+	defer r.opens.Delete(cancel)
 	st := r.RawFileSystem.Open(cancel, in, out)
-	r.opened(st, out)
+	r.opened(st, out, *h)
 	return st
 }
 
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	defer r.mark(cancel, reqMark{flags: killFlag(in.OpenFlags&fuse.OPEN_KILL_SUIDGID != 0), umask: in.Umask})()
+	h := r.opening(cancel)
+	defer r.opens.Delete(cancel)
 	st := r.RawFileSystem.Create(cancel, in, name, out)
-	r.opened(st, &out.OpenOut)
+	r.opened(st, &out.OpenOut, *h)
 	return st
 }
 
-// opened drops the reply flags the mask hides and counts a regular file's
-// open by the I/O mode the reply gives it: passthrough only where go-fuse
-// registered the backing file with the kernel (it drops FOPEN_PASSTHROUGH
-// when the kernel refuses).
-func (r *rawFS) opened(st fuse.Status, out *fuse.OpenOut) {
+// Init keeps the server, which registers backing files.
+func (r *rawFS) Init(srv *fuse.Server) {
+	r.server.Store(srv)
+	r.RawFileSystem.Init(srv)
+}
+
+// opening makes the slot where the node's Open or Create of the request
+// of cancel leaves its handle (handleOpened).
+func (r *rawFS) opening(cancel <-chan struct{}) **handle {
+	h := new(*handle)
+	r.opens.Store(cancel, h)
+	return h
+}
+
+// handleOpened leaves h for the OPEN or CREATE of ctx to reply with.
+func (r *rawFS) handleOpened(ctx context.Context, h *handle) {
+	if c, ok := ctx.(*fuse.Context); ok && r != nil {
+		if v, ok := r.opens.Load(c.Cancel); ok {
+			*v.(**handle) = h
+		}
+	}
+}
+
+// opened sets the reply's flags and backing file from the I/O mode of h,
+// the handle the node opened (nil for a CREATE that opened none), drops
+// the flags the mask hides, and counts a regular file's open by its I/O
+// mode.
+func (r *rawFS) opened(st fuse.Status, out *fuse.OpenOut, h *handle) {
 	if !st.Ok() {
 		return
+	}
+	if h != nil {
+		out.OpenFlags = h.kind.openFlags()
+		out.BackingID = h.backing
 	}
 	out.OpenFlags &^= r.mask.open
 	if r.stats == nil {
@@ -220,8 +254,10 @@ func (r *rawFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.Cre
 		return fuse.ENOSYS
 	}
 	defer r.mark(cancel, reqMark{umask: in.Umask})()
+	h := r.opening(cancel)
+	defer r.opens.Delete(cancel)
 	st := r.RawFileSystem.Tmpfile(cancel, in, out)
-	r.opened(st, &out.OpenOut)
+	r.opened(st, &out.OpenOut, *h)
 	return st
 }
 
@@ -242,36 +278,6 @@ func (r *rawFS) killRequested(ctx context.Context) bool { return r.seen(ctx).fla
 // umask is the umask of the caller of the CREATE, MKDIR, MKNOD or TMPFILE
 // request of ctx.
 func (r *rawFS) umask(ctx context.Context) uint32 { return r.seen(ctx).umask }
-
-// Release runs go-fuse's RELEASE, then what the handle's Release left for
-// after it (afterRelease). go-fuse calls the handle's Release first and
-// only then drops the node's backing-file reference, for every handle,
-// passthrough or not: while that is pending, the handle must still count
-// as open, or a writer could register a new backing file that the
-// cached handle's release then unregisters before the kernel uses it,
-// and the writer's open fails with EIO (bug 10 in
-// tests/reliability/README.md).
-func (r *rawFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
-	after := new(func())
-	r.releasing.Store(cancel, after)
-	r.RawFileSystem.Release(cancel, in)
-	r.releasing.Delete(cancel)
-	if *after != nil {
-		(*after)()
-	}
-}
-
-// afterRelease runs fn once go-fuse has finished the RELEASE request of
-// ctx, or at once outside one.
-func (r *rawFS) afterRelease(ctx context.Context, fn func()) {
-	if c, ok := ctx.(*fuse.Context); ok && r != nil {
-		if v, ok := r.releasing.Load(c.Cancel); ok {
-			*v.(*func()) = fn
-			return
-		}
-	}
-	fn()
-}
 
 // replyMask is what a mask changes in the replies rawFS gives (mask.go).
 type replyMask struct {

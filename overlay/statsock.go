@@ -55,6 +55,9 @@ type Stats struct {
 	Writeback   bool   `json:"writeback_cache"`
 	Passthrough bool   `json:"passthrough"`
 	IOReason    string `json:"io_reason"`
+	// ShareCache says files still in a lower layer open with
+	// passthrough to the lower file (-o sharecache=on, passthrough.go).
+	ShareCache bool `json:"sharecache"`
 	// NoOpen says regular files open without a request (noopen.go).
 	NoOpen bool `json:"noopen"`
 	// Transport says how requests reach goverlay: io_uring or /dev/fuse,
@@ -140,6 +143,7 @@ func (f *FS) Stats() Stats {
 		Writeback:         f.io.writeback,
 		Passthrough:       f.passthrough.Load(),
 		IOReason:          f.io.why,
+		ShareCache:        f.io.share && f.passthrough.Load(),
 		NoOpen:            f.io.noOpen,
 		Transport:         f.transport(),
 		RingRequests:      f.srv.RingRequests(),

@@ -58,7 +58,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 		c.keepCreated(fd, flags)
 		return child, nil, handleOpenFlags, 0
 	}
-	return child, newHandle(c, fd, true, true), handleOpenFlags, 0
+	return child, newHandle(ctx, c, fd, true, true), handleOpenFlags, 0
 }
 
 // linkTemp gives the O_TMPFILE file n its first name, name in the upper

@@ -75,7 +75,10 @@ type ioMode struct {
 	// noOpen: regular files open without a request (noopen.go).
 	noOpen                 bool
 	passthrough, writeback bool
-	why                    string
+	// share: lower files open with passthrough to the lower file
+	// (-o sharecache=on, passthrough.go).
+	share bool
+	why   string
 }
 
 // decideIO settles the write data path of a mount from its options and
@@ -95,6 +98,9 @@ func decideIO(o Options, readOnly bool) ioMode {
 		o.Passthrough, ptOff = false, o.Mask.because(featPassthrough)
 	}
 	m := decideIOAs(o, readOnly, wbOff, ptOff)
+	if o.ShareCache {
+		m = decideShare(o, m, readOnly)
+	}
 	if o.Mask.has(featNoOpen) && !readOnly {
 		m.why = o.Mask.because(featNoOpen) + ": every open is a request; " + m.why
 	}
@@ -129,6 +135,33 @@ func decideIOAs(o Options, readOnly bool, wbOff, ptOff string) ioMode {
 		return ioMode{writeback: true, why: "passthrough will not be granted: " + why}
 	}
 	return ioMode{passthrough: true, why: "the default where the kernel grants it"}
+}
+
+// decideShare settles -o sharecache=on, which needs every open to be a
+// request and the kernel to grant passthrough, without the writeback
+// cache (fuse_backing_open(), process_init_reply()); where it cannot be
+// had, the mount is as m, and the reason says why.
+func decideShare(o Options, m ioMode, readOnly bool) ioMode {
+	switch {
+	case !o.OpenRequests:
+		m.why += "; sharecache=on needs noopen=0"
+	case !o.Passthrough:
+		m.why += "; sharecache=on needs passthrough"
+	case o.Writeback == WritebackOn:
+		m.why += "; sharecache=on needs writeback=0"
+	default:
+		if ok, why := passthroughGrantable(); !ok {
+			m.why += "; no sharecache: passthrough will not be granted: " + why
+			return m
+		}
+		m.passthrough, m.writeback, m.share = true, false, true
+		if readOnly {
+			m.why = "read-only mount, sharecache=on: lower files open with passthrough"
+		} else {
+			m.why += ", sharecache=on: lower files open with passthrough"
+		}
+	}
+	return m
 }
 
 // passthroughGrantable reports whether the kernel would register backing

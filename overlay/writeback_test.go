@@ -222,20 +222,34 @@ func TestDecideIO(t *testing.T) {
 		o        Options
 		readOnly bool
 		pt, wb   bool
+		share    bool
 	}{
-		{Options{Passthrough: true, OpenRequests: true}, false, true, false},
-		{Options{Passthrough: false, OpenRequests: true}, false, false, true},
-		{Options{Passthrough: true, OpenRequests: true, Writeback: WritebackOn}, false, false, true},
-		{Options{Passthrough: false, OpenRequests: true, Writeback: WritebackOn}, false, false, true},
-		{Options{Passthrough: true, OpenRequests: true, Writeback: WritebackOff}, false, true, false},
-		{Options{Passthrough: false, OpenRequests: true, Writeback: WritebackOff}, false, false, false},
-		{Options{Passthrough: true, OpenRequests: true, Writeback: WritebackOn}, true, false, false},
+		{Options{Passthrough: true, OpenRequests: true}, false, true, false, false},
+		{Options{Passthrough: false, OpenRequests: true}, false, false, true, false},
+		{Options{Passthrough: true, OpenRequests: true, Writeback: WritebackOn}, false, false, true, false},
+		{Options{Passthrough: false, OpenRequests: true, Writeback: WritebackOn}, false, false, true, false},
+		{Options{Passthrough: true, OpenRequests: true, Writeback: WritebackOff}, false, true, false, false},
+		{Options{Passthrough: false, OpenRequests: true, Writeback: WritebackOff}, false, false, false, false},
+		{Options{Passthrough: true, OpenRequests: true, Writeback: WritebackOn}, true, false, false, false},
 		// Without OPEN requests, no passthrough (noopen.go).
-		{Options{Passthrough: true}, false, false, true},
-		{Options{Passthrough: true, Writeback: WritebackOff}, false, false, false},
-		{Options{Passthrough: true}, true, false, false},
+		{Options{Passthrough: true}, false, false, true, false},
+		{Options{Passthrough: true, Writeback: WritebackOff}, false, false, false, false},
+		{Options{Passthrough: true}, true, false, false, false},
+		// sharecache: passthrough for lower files, read-only mounts
+		// included; only with OPEN requests and without the
+		// writeback cache.
+		{Options{Passthrough: true, OpenRequests: true, ShareCache: true}, false, true, false, true},
+		{Options{Passthrough: true, OpenRequests: true, ShareCache: true}, true, true, false, true},
+		{Options{Passthrough: true, OpenRequests: true, ShareCache: true, Writeback: WritebackOff}, false, true, false, true},
+		{Options{Passthrough: true, OpenRequests: true, ShareCache: true, Writeback: WritebackOn}, false, false, true, false},
+		{Options{Passthrough: false, OpenRequests: true, ShareCache: true}, false, false, true, false},
+		{Options{Passthrough: true, ShareCache: true}, false, false, true, false},
+		{Options{Passthrough: true, OpenRequests: true, ShareCache: true, Mask: maskOf(t, "passthrough")}, false, false, true, false},
 	} {
 		got := decideIO(c.o, c.readOnly)
+		if got.share != c.share {
+			t.Errorf("%+v, read-only %v: share %v (%s)", c.o, c.readOnly, got.share, got.why)
+		}
 		if got.noOpen == c.o.OpenRequests {
 			t.Errorf("OpenRequests %v: noOpen %v", c.o.OpenRequests, got.noOpen)
 		}

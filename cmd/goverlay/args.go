@@ -23,7 +23,8 @@ type config struct {
 	NoSec            overlay.NoSecMode
 	NoPassthrough    bool // passthrough=off
 	passthroughOn    bool // passthrough=on, given
-	OpenRequests     bool // noopen=0, or implied by passthrough=on
+	OpenRequests     bool // noopen=0, or implied by passthrough=on or sharecache=on
+	ShareCache       bool // sharecache=on
 	noOpenGiven      bool // noopen= given
 	Writeback        overlay.WritebackMode
 	NoACL            bool

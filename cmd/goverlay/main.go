@@ -135,6 +135,7 @@ func overlayOptions(cfg *config, euid int, logger *log.Logger) overlay.Options {
 		NoSec:            cfg.NoSec,
 		Passthrough:      !cfg.NoPassthrough,
 		OpenRequests:     cfg.OpenRequests,
+		ShareCache:       cfg.ShareCache,
 		Writeback:        cfg.Writeback,
 		NoACL:            cfg.NoACL,
 		NoUring:          cfg.NoUring,

@@ -71,6 +71,18 @@ func validate(c *config) error {
 		}
 		c.OpenRequests = true
 	}
+	if c.ShareCache {
+		// Lower files get passthrough, set up in the reply to an OPEN.
+		switch {
+		case c.noOpenGiven && !c.OpenRequests:
+			return failf(exitUsage, "options sharecache=on and noopen=1 exclude each other: lower files are shared through passthrough, which is set up when a file is opened; drop one of them")
+		case c.NoPassthrough:
+			return failf(exitUsage, "options sharecache=on and passthrough=off exclude each other: lower files are shared through passthrough; drop one of them")
+		case c.Writeback == overlay.WritebackOn:
+			return failf(exitUsage, "options sharecache=on and writeback=1 exclude each other: the kernel grants passthrough only without the writeback cache; drop one of them")
+		}
+		c.OpenRequests = true
+	}
 	if err := overlay.CheckKernel(kernelRelease()); err != nil {
 		return failf(exitFuse, "%w", err)
 	}

@@ -380,3 +380,42 @@ func TestNoOpenAndPassthrough(t *testing.T) {
 		t.Errorf("noopen=0: OpenRequests %v, %v", c.OpenRequests, err)
 	}
 }
+
+// TestShareCacheOptions: sharecache=on asks for OPEN requests, and refuses
+// the options that would leave it without passthrough.
+func TestShareCacheOptions(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse")
+	}
+	l := newLayout(t)
+	c := l.config()
+	if err := newOptState(c).parse("sharecache=on"); err != nil {
+		t.Fatal(err)
+	}
+	if err := validate(c); err != nil || !c.OpenRequests || !c.ShareCache {
+		t.Errorf("sharecache=on: OpenRequests %v, ShareCache %v, %v", c.OpenRequests, c.ShareCache, err)
+	}
+	for opts, want := range map[string]string{
+		"sharecache=on,noopen=1":        "options sharecache=on and noopen=1 exclude each other: lower files are shared through passthrough, which is set up when a file is opened; drop one of them",
+		"passthrough=off,sharecache=on": "options sharecache=on and passthrough=off exclude each other: lower files are shared through passthrough; drop one of them",
+		"sharecache=on,writeback=1":     "options sharecache=on and writeback=1 exclude each other: the kernel grants passthrough only without the writeback cache; drop one of them",
+	} {
+		c := l.config()
+		if err := newOptState(c).parse(opts); err != nil {
+			t.Fatal(err)
+		}
+		wantFail(t, validate(c), exitUsage, want)
+	}
+	// The last one given wins.
+	c = l.config()
+	if err := newOptState(c).parse("sharecache=on,sharecache=off,noopen=1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := validate(c); err != nil || c.ShareCache || c.OpenRequests {
+		t.Errorf("sharecache=on,sharecache=off,noopen=1: ShareCache %v, OpenRequests %v, %v", c.ShareCache, c.OpenRequests, err)
+	}
+	c = l.config()
+	if err := newOptState(c).parse("sharecache=yes"); err == nil || !strings.Contains(err.Error(), `option "sharecache" is on or off, not "yes"`) {
+		t.Errorf("sharecache=yes: %v", err)
+	}
+}

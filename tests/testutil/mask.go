@@ -87,3 +87,18 @@ func SkipIfMasked(t testing.TB, feature, what string) {
 		t.Skipf("%s=%s hides %s, which %s needs", MaskEnv, TestMask(t), feature, what)
 	}
 }
+
+// OptionsEnv names -o options every mount of Mount and MountWith gets
+// before the test's own (GOVERLAY_TEST_OPTIONS=sharecache=on runs a suite
+// with lower files shared through passthrough), for suites run by hand
+// under an option that is not the default.
+const OptionsEnv = "GOVERLAY_TEST_OPTIONS"
+
+// OptionsArgs are the arguments of GOVERLAY_TEST_OPTIONS: none when it is
+// not set.
+func OptionsArgs() []string {
+	if v := os.Getenv(OptionsEnv); v != "" {
+		return []string{"-o", v}
+	}
+	return nil
+}

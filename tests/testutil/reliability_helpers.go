@@ -74,6 +74,7 @@ func MountWith(t testing.TB, o Options, c MountConfig) *Mounted {
 	// Before the test's own options, so that a mask= of the test's
 	// wins (the last one does).
 	args = append(args, MaskArgs(t)...)
+	args = append(args, OptionsArgs()...)
 	args = append(args, o.Extra...)
 	args = append(args, m.Dir)
 
