@@ -75,8 +75,9 @@ type ioMode struct {
 	// noOpen: regular files open without a request (noopen.go).
 	noOpen                 bool
 	passthrough, writeback bool
-	// share: lower files open with passthrough to the lower file
-	// (-o sharecache=on, passthrough.go).
+	// share: lower files open with passthrough to the lower file, or
+	// where passthrough is off, with FOPEN_DIRECT_IO (-o
+	// sharecache=on, passthrough.go).
 	share bool
 	why   string
 }
@@ -138,29 +139,32 @@ func decideIOAs(o Options, readOnly bool, wbOff, ptOff string) ioMode {
 }
 
 // decideShare settles -o sharecache=on, which needs every open to be a
-// request and the kernel to grant passthrough, without the writeback
-// cache (fuse_backing_open(), process_init_reply()); where it cannot be
-// had, the mount is as m, and the reason says why.
+// request. Lower files then open with passthrough to the lower file where
+// the kernel grants passthrough, which excludes the writeback cache
+// (fuse_backing_open(), process_init_reply()); elsewhere with
+// FOPEN_DIRECT_IO, so that reads reach the daemon, which reads the lower
+// file (passthrough.go).
 func decideShare(o Options, m ioMode, readOnly bool) ioMode {
-	switch {
-	case !o.OpenRequests:
+	if !o.OpenRequests {
 		m.why += "; sharecache=on needs noopen=0"
-	case !o.Passthrough:
-		m.why += "; sharecache=on needs passthrough"
-	case o.Writeback == WritebackOn:
-		m.why += "; sharecache=on needs writeback=0"
-	default:
-		if ok, why := passthroughGrantable(); !ok {
-			m.why += "; no sharecache: passthrough will not be granted: " + why
-			return m
-		}
-		m.passthrough, m.writeback, m.share = true, false, true
-		if readOnly {
-			m.why = "read-only mount, sharecache=on: lower files open with passthrough"
-		} else {
-			m.why += ", sharecache=on: lower files open with passthrough"
-		}
+		return m
 	}
+	m.share = true
+	ok, why := passthroughGrantable()
+	switch {
+	case !o.Passthrough:
+		why = "passthrough is off"
+	case o.Writeback == WritebackOn:
+		why = "writeback=1"
+	case ok:
+		m.passthrough, m.writeback = true, false
+		if readOnly {
+			m.why = "read-only mount"
+		}
+		m.why += ", sharecache=on: lower files open with passthrough"
+		return m
+	}
+	m.why += "; sharecache=on: lower files read through goverlay (FOPEN_DIRECT_IO), as " + why
 	return m
 }
 
