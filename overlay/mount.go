@@ -457,11 +457,6 @@ func (f *FS) fsOptions() *fs.Options {
 	if !f.io.passthrough {
 		mo.DisabledCapabilities |= fuse.CAP_PASSTHROUGH
 	}
-	if f.io.share && !f.io.passthrough {
-		// Lower files open with FOPEN_DIRECT_IO: MAP_SHARED works
-		// on them (fuse_file_mmap()).
-		mo.ExtraCapabilities |= fuse.CAP_DIRECT_IO_ALLOW_MMAP
-	}
 	// Last, as go-fuse applies it last: what the mask hides is never
 	// asked for (mask.go).
 	mo.DisabledCapabilities |= f.opts.Mask.initFlags()

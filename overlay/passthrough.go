@@ -36,11 +36,10 @@ import (
 // (backing_file_open()): only an open for reading gets it, so nothing can
 // write a lower file.
 //
-// Where the kernel grants no passthrough (rootless, passthrough off),
-// lower files open with FOPEN_DIRECT_IO instead (ioDirect): reads reach
-// the daemon, which reads the lower file, so that only its page cache
-// fills; a mmap still caches the file's pages in the FUSE inode
-// (FUSE_DIRECT_IO_ALLOW_MMAP), and a read follows a copy-up.
+// Where the kernel grants no passthrough (rootless), sharecache has no
+// effect: FOPEN_DIRECT_IO would keep reads out of the FUSE page cache,
+// but each mmap of such a file drops its pages (fuse_file_mmap()), so
+// every exec would read the binary anew (docs/BENCHMARKS.md).
 //
 // The kernel keeps the lower file as the inode's backing file until the
 // last such open closes, even across a copy-up, and fails any other open
@@ -75,11 +74,6 @@ const (
 	ioPassthrough
 	// ioShared: on the lower file, by the kernel, for reading only.
 	ioShared
-	// ioDirect: through the daemon, without a page cache
-	// (FOPEN_DIRECT_IO): a lower file with sharecache=on where the
-	// kernel grants no passthrough. Counted as cached: the kernel
-	// leaves it out of the inode's I/O mode but at a mmap.
-	ioDirect
 )
 
 // backed says the kernel uses a backing file for the open.
@@ -90,8 +84,6 @@ func (k ioKind) openFlags() uint32 {
 	switch k {
 	case ioPassthrough, ioShared:
 		return fuse.FOPEN_PASSTHROUGH | fuse.FOPEN_NOFLUSH
-	case ioDirect:
-		return fuse.FOPEN_DIRECT_IO | fuse.FOPEN_NOFLUSH
 	}
 	return handleOpenFlags
 }
@@ -114,14 +106,11 @@ func (n *node) openMode(fd int, upper, write bool) (ioKind, int32) {
 		if !write {
 			kind = ioShared
 		}
-	case !upper && !write && n.ofs.io.share:
-		switch {
-		case !n.ofs.passthrough.Load():
-			kind = ioDirect
-		case r.openCached == 0 && r.changing == 0:
+	case !n.ofs.passthrough.Load():
+	case !upper:
+		if n.ofs.io.share && !write && r.openCached == 0 && r.changing == 0 {
 			kind = ioShared
 		}
-	case !n.ofs.passthrough.Load(), !upper:
 	case write:
 		if r.openCached == 0 {
 			kind = ioPassthrough

@@ -56,8 +56,7 @@ type Stats struct {
 	Passthrough bool   `json:"passthrough"`
 	IOReason    string `json:"io_reason"`
 	// ShareCache says files still in a lower layer open with
-	// passthrough to the lower file, or read through goverlay where
-	// passthrough is off (-o sharecache=on, passthrough.go).
+	// passthrough to the lower file (-o sharecache=on, passthrough.go).
 	ShareCache bool `json:"sharecache"`
 	// NoOpen says regular files open without a request (noopen.go).
 	NoOpen bool `json:"noopen"`

@@ -75,9 +75,8 @@ type ioMode struct {
 	// noOpen: regular files open without a request (noopen.go).
 	noOpen                 bool
 	passthrough, writeback bool
-	// share: lower files open with passthrough to the lower file, or
-	// where passthrough is off, with FOPEN_DIRECT_IO (-o
-	// sharecache=on, passthrough.go).
+	// share: lower files open with passthrough to the lower file
+	// (-o sharecache=on, passthrough.go).
 	share bool
 	why   string
 }
@@ -139,32 +138,27 @@ func decideIOAs(o Options, readOnly bool, wbOff, ptOff string) ioMode {
 }
 
 // decideShare settles -o sharecache=on, which needs every open to be a
-// request. Lower files then open with passthrough to the lower file where
-// the kernel grants passthrough, which excludes the writeback cache
-// (fuse_backing_open(), process_init_reply()); elsewhere with
-// FOPEN_DIRECT_IO, so that reads reach the daemon, which reads the lower
-// file (passthrough.go).
+// request and the kernel to grant passthrough, without the writeback
+// cache (fuse_backing_open(), process_init_reply()); where it cannot be
+// had, the mount is as m, and the reason says why (passthrough.go).
 func decideShare(o Options, m ioMode, readOnly bool) ioMode {
-	if !o.OpenRequests {
-		m.why += "; sharecache=on needs noopen=0"
-		return m
-	}
-	m.share = true
 	ok, why := passthroughGrantable()
 	switch {
+	case !o.OpenRequests:
+		why = "noopen=1"
 	case !o.Passthrough:
 		why = "passthrough is off"
 	case o.Writeback == WritebackOn:
 		why = "writeback=1"
 	case ok:
-		m.passthrough, m.writeback = true, false
+		m.passthrough, m.writeback, m.share = true, false, true
 		if readOnly {
 			m.why = "read-only mount"
 		}
 		m.why += ", sharecache=on: lower files open with passthrough"
 		return m
 	}
-	m.why += "; sharecache=on: lower files read through goverlay (FOPEN_DIRECT_IO), as " + why
+	m.why += "; sharecache=on has no effect: " + why
 	return m
 }
 

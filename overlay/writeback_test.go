@@ -236,16 +236,15 @@ func TestDecideIO(t *testing.T) {
 		{Options{Passthrough: true, Writeback: WritebackOff}, false, false, false, false},
 		{Options{Passthrough: true}, true, false, false, false},
 		// sharecache: passthrough for lower files, read-only mounts
-		// included, without the writeback cache; where passthrough
-		// is off, FOPEN_DIRECT_IO (share, not pt); never without
-		// OPEN requests.
+		// included; only with OPEN requests and passthrough, without
+		// the writeback cache.
 		{Options{Passthrough: true, OpenRequests: true, ShareCache: true}, false, true, false, true},
 		{Options{Passthrough: true, OpenRequests: true, ShareCache: true}, true, true, false, true},
 		{Options{Passthrough: true, OpenRequests: true, ShareCache: true, Writeback: WritebackOff}, false, true, false, true},
-		{Options{Passthrough: true, OpenRequests: true, ShareCache: true, Writeback: WritebackOn}, false, false, true, true},
-		{Options{Passthrough: false, OpenRequests: true, ShareCache: true}, false, false, true, true},
+		{Options{Passthrough: true, OpenRequests: true, ShareCache: true, Writeback: WritebackOn}, false, false, true, false},
+		{Options{Passthrough: false, OpenRequests: true, ShareCache: true}, false, false, true, false},
 		{Options{Passthrough: true, ShareCache: true}, false, false, true, false},
-		{Options{Passthrough: true, OpenRequests: true, ShareCache: true, Mask: maskOf(t, "passthrough")}, false, false, true, true},
+		{Options{Passthrough: true, OpenRequests: true, ShareCache: true, Mask: maskOf(t, "passthrough")}, false, false, true, false},
 	} {
 		got := decideIO(c.o, c.readOnly)
 		if got.share != c.share {

@@ -91,7 +91,7 @@ func statsRows(s overlay.Stats) []statsRow {
 		{"writeback_cache", onOff[s.Writeback], "whether the kernel caches writes in its page cache and writes them back later (writeback=)"},
 		{"passthrough", onOff[s.Passthrough], "whether the kernel registers backing files for this mount (FUSE passthrough, passthrough=)"},
 		{"io_reason", s.IOReason, "why writes take the path they take"},
-		{"sharecache", onOff[s.ShareCache], "whether files still in a lower layer open so that mounts of one image share their pages: with passthrough to the lower file, or read through goverlay where passthrough is off (sharecache=)"},
+		{"sharecache", onOff[s.ShareCache], "whether files still in a lower layer open with passthrough to the lower file, so that mounts of one image share their pages (sharecache=)"},
 		{"noopen", onOff[s.NoOpen], "whether the kernel opens regular files without asking goverlay (noopen=): then opens are not counted below"},
 		{"transport", s.Transport, "how requests reach goverlay: io_uring, one queue per CPU (uring=, when the kernel offers it), or /dev/fuse"},
 		{"requests_over_io_uring", n(s.RingRequests), "requests answered over io_uring"},

@@ -72,9 +72,14 @@ func validate(c *config) error {
 		c.OpenRequests = true
 	}
 	if c.ShareCache {
-		// Lower files are shared through what an OPEN's reply sets up.
-		if c.noOpenGiven && !c.OpenRequests {
-			return failf(exitUsage, "options sharecache=on and noopen=1 exclude each other: lower files are shared through what the reply to an open sets up, and with noopen=1 opens do not reach goverlay; drop one of them")
+		// Lower files get passthrough, set up in the reply to an OPEN.
+		switch {
+		case c.noOpenGiven && !c.OpenRequests:
+			return failf(exitUsage, "options sharecache=on and noopen=1 exclude each other: lower files are shared through passthrough, which is set up when a file is opened; drop one of them")
+		case c.NoPassthrough:
+			return failf(exitUsage, "options sharecache=on and passthrough=off exclude each other: lower files are shared through passthrough; drop one of them")
+		case c.Writeback == overlay.WritebackOn:
+			return failf(exitUsage, "options sharecache=on and writeback=1 exclude each other: the kernel grants passthrough only without the writeback cache; drop one of them")
 		}
 		c.OpenRequests = true
 	}

@@ -381,8 +381,8 @@ func TestNoOpenAndPassthrough(t *testing.T) {
 	}
 }
 
-// TestShareCacheOptions: sharecache=on asks for OPEN requests, refuses an
-// explicit noopen=1, and takes passthrough=off and writeback=1.
+// TestShareCacheOptions: sharecache=on asks for OPEN requests, and refuses
+// the options that would leave it without passthrough.
 func TestShareCacheOptions(t *testing.T) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skip("no /dev/fuse")
@@ -395,18 +395,16 @@ func TestShareCacheOptions(t *testing.T) {
 	if err := validate(c); err != nil || !c.OpenRequests || !c.ShareCache {
 		t.Errorf("sharecache=on: OpenRequests %v, ShareCache %v, %v", c.OpenRequests, c.ShareCache, err)
 	}
-	c = l.config()
-	if err := newOptState(c).parse("sharecache=on,noopen=1"); err != nil {
-		t.Fatal(err)
-	}
-	wantFail(t, validate(c), exitUsage, "options sharecache=on and noopen=1 exclude each other: lower files are shared through what the reply to an open sets up, and with noopen=1 opens do not reach goverlay; drop one of them")
-	// Without passthrough lower files are read through goverlay.
-	c = l.config()
-	if err := newOptState(c).parse("sharecache=on,passthrough=off,writeback=1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := validate(c); err != nil || !c.OpenRequests {
-		t.Errorf("sharecache=on,passthrough=off,writeback=1: OpenRequests %v, %v", c.OpenRequests, err)
+	for opts, want := range map[string]string{
+		"sharecache=on,noopen=1":        "options sharecache=on and noopen=1 exclude each other: lower files are shared through passthrough, which is set up when a file is opened; drop one of them",
+		"passthrough=off,sharecache=on": "options sharecache=on and passthrough=off exclude each other: lower files are shared through passthrough; drop one of them",
+		"sharecache=on,writeback=1":     "options sharecache=on and writeback=1 exclude each other: the kernel grants passthrough only without the writeback cache; drop one of them",
+	} {
+		c := l.config()
+		if err := newOptState(c).parse(opts); err != nil {
+			t.Fatal(err)
+		}
+		wantFail(t, validate(c), exitUsage, want)
 	}
 	// The last one given wins.
 	c = l.config()

@@ -180,9 +180,6 @@ func TestShareCacheCopyUp(t *testing.T) {
 		{"default", nil, false},
 		{"noopen=0", []string{"-o", "noopen=0"}, false},
 		{"sharecache=on", []string{"-o", "sharecache=on"}, true},
-		// Without passthrough lower files are read through goverlay,
-		// as by default.
-		{"sharecache=on,passthrough=off", []string{"-o", "sharecache=on,passthrough=off"}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			gs := newWStack(t, sc)
@@ -208,10 +205,9 @@ func TestShareCacheCopyUp(t *testing.T) {
 }
 
 // TestShareCachePages: with -o sharecache=on a file still in its lower
-// layer leaves no pages in the mount's own page cache after a read
-// (cachestat(2) of the mount's file), nor, with passthrough, after a
-// mapping; without passthrough a mapping does cache its pages. The default
-// mount caches what it read. A binary of the lower layer runs in each.
+// layer leaves no pages in the mount's own page cache after a read or a
+// mapping (cachestat(2) of the mount's file), where the default mount
+// caches what it read. A binary of the lower layer runs in each.
 func TestShareCachePages(t *testing.T) {
 	testutil.RequireRoot(t)
 	sameBinary(t)
@@ -225,7 +221,6 @@ func TestShareCachePages(t *testing.T) {
 	}{
 		{"default", nil, true, true},
 		{"sharecache=on", []string{"-o", "sharecache=on"}, false, false},
-		{"sharecache=on,passthrough=off", []string{"-o", "sharecache=on,passthrough=off"}, false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			gs := newWStack(t, sc)

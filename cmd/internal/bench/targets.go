@@ -64,7 +64,6 @@ var allTargets = []*targetDef{
 	{name: "goverlay-uring", kind: kindGoverlay, uring: true, desc: "goverlay with its defaults, mounted while the kernel offers FUSE over io_uring (enable_uring=Y): requests go through one io_uring queue per CPU"},
 	{name: "goverlay-opens", kind: kindGoverlay, opts: []string{"noopen=0"}, desc: "goverlay -o noopen=0: every open a request, passthrough where the kernel grants it"},
 	{name: "goverlay-sharecache", kind: kindGoverlay, opts: []string{"sharecache=on"}, desc: "goverlay -o sharecache=on: lower files open with passthrough to the lower file, so mounts of one image share its pages (every open a request)"},
-	{name: "goverlay-sharecache-direct", kind: kindGoverlay, opts: []string{"sharecache=on", "passthrough=off"}, desc: "goverlay -o sharecache=on,passthrough=off: lower files read through goverlay (FOPEN_DIRECT_IO), as where the kernel grants no passthrough (rootless)"},
 	{name: "goverlay-nosec-off", kind: kindGoverlay, opts: []string{"nosec=off"}, desc: "goverlay -o nosec=off"},
 	{name: "goverlay-nopassthrough", kind: kindGoverlay, opts: []string{"noopen=0", "passthrough=off"}, desc: "goverlay -o noopen=0,passthrough=off: every open a request, the writeback cache instead of passthrough"},
 	{name: "goverlay-writeback", kind: kindGoverlay, opts: []string{"noopen=0", "writeback=1"}, desc: "goverlay -o noopen=0,writeback=1: every open a request, the writeback cache, not passthrough"},
