@@ -134,6 +134,9 @@ type FS struct {
 	// Mount has settled what the kernel grants.
 	io                     ioMode
 	passthrough, writeback atomic.Bool
+	// refusedOnce logs the first backing file the kernel refused for a
+	// reason of the file's own (passthroughRefused).
+	refusedOnce sync.Once
 	// kernelACLs says FUSE_POSIX_ACL is negotiated: the kernel then
 	// drops a file's attributes itself after it sets or removes an ACL
 	// (fuse_set_acl()).

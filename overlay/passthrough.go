@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"errors"
 	"fmt"
 	"syscall"
 	"time"
@@ -216,13 +217,22 @@ func (n *node) dataChangeStart() (done func(), err error) {
 // node to close.
 const releaseGrace = time.Second
 
-// passthroughRefused turns passthrough off for the mount once the kernel
-// refused a backing file: it refuses them all alike (fuse_backing_open():
-// not granted at INIT, or no CAP_SYS_ADMIN).
+// passthroughRefused records that the kernel refused a backing file; the
+// open is cached. EPERM refuses every file alike (fuse_backing_open(): not
+// granted at INIT, or no CAP_SYS_ADMIN) and turns passthrough off for the
+// mount; others are the file's own (ELOOP: its filesystem is stacked as
+// deep as the mount may stack, e.g. a lower layer on an overlay), logged
+// once.
 func (f *FS) passthroughRefused(err error) {
-	if f.passthrough.Swap(false) {
-		f.log.Printf("the kernel refused a passthrough backing file (%v): files open cached from now on", err)
+	if errors.Is(err, syscall.EPERM) {
+		if f.passthrough.Swap(false) {
+			f.log.Printf("the kernel refused a passthrough backing file (%v): files open cached from now on", err)
+		}
+		return
 	}
+	f.refusedOnce.Do(func() {
+		f.log.Printf("the kernel refused a passthrough backing file (%v): such files open cached", err)
+	})
 }
 
 // registerBacking registers fd with the kernel as a backing file

@@ -264,3 +264,33 @@ func TestShareCachePages(t *testing.T) {
 		})
 	}
 }
+
+// TestShareCacheStackedLower: a lower layer on a kernel overlay is stacked
+// too deep for a backing file (fuse_backing_open() refuses it with
+// ELOOP): with -o sharecache=on its files open cached, and the upper
+// layer's files still get passthrough.
+func TestShareCacheStackedLower(t *testing.T) {
+	testutil.RequireRoot(t)
+	sameBinary(t)
+	sc := wscenario{name: "stacked", lower: sharedLower}
+	ks := newWStack(t, sc)
+	lower := ks.kernel(t)
+	gs := newWStack(t, sc)
+	g := testutil.Mount(t, testutil.Options{Lower: []string{lower}, Upper: gs.upper, Work: gs.work, Extra: []string{"-o", "sharecache=on"}})
+	for range 2 {
+		if b, err := os.ReadFile(filepath.Join(g.Dir, "meta")); err != nil || string(b) != "lower meta\n" {
+			t.Fatalf("read a lower file: %q %v", b, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(g.Dir, "new"), []byte("new\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(g.Dir, "new")); err != nil || string(b) != "new\n" {
+		t.Fatalf("read back: %q %v", b, err)
+	}
+	st := testutil.ReadStats(t, g)
+	if !st.Passthrough || st.OpensPassthrough == 0 || st.OpensCached == 0 {
+		t.Errorf("passthrough %v, opens with passthrough %d, cached %d: want passthrough on, the upper file's write with it, the lower file's reads cached",
+			st.Passthrough, st.OpensPassthrough, st.OpensCached)
+	}
+}
