@@ -168,7 +168,7 @@ const buildDeadline = 8 * time.Minute
 // returns its wall time.
 func (p *podman) build(tag, ctx string) time.Duration {
 	p.t.Helper()
-	args := []string{"build", "--runtime", "runc", "--network=none", "--no-cache", "-q", "-t", tag, ctx}
+	args := append(append([]string{"build"}, p.buildFlags...), "--no-cache", "-q", "-t", tag, ctx)
 	start := time.Now()
 	r := p.execWithin(buildDeadline, args...)
 	took := time.Since(start)

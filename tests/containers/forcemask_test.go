@@ -102,7 +102,7 @@ D /data/delete.txt
 // the store must hold the forced mode and the override xattr. goverlay is
 // checked; fuse-overlayfs's differences are logged (goverlay(1), CONTAINERS).
 func TestPodmanForceMask(t *testing.T) {
-	rootfs := podmanSetup(t, nil)
+	rootfs := podmanSetup(t)
 	l := testutil.NewLayer(t, rootfs).
 		File("data/home/own.txt", "own\n", 0o644).
 		File("data/private/p.txt", "p\n", 0o640)

@@ -51,9 +51,13 @@ func plainBinary(t testing.TB) string {
 	return bin
 }
 
-// mountsBelow lists the mounts at or below dir with their types.
-func mountsBelow(dir string) []testutil.MountEntry {
-	ms, err := testutil.Mounts()
+// selfMountinfo lists the test's own mounts.
+const selfMountinfo = "/proc/self/mountinfo"
+
+// mountsBelow lists the mounts at or below dir with their types, as the
+// mountinfo file shows them (selfMountinfo, or another mount namespace's).
+func mountsBelow(mountinfo, dir string) []testutil.MountEntry {
+	ms, err := testutil.MountsIn(mountinfo)
 	if err != nil {
 		return nil
 	}
@@ -72,7 +76,7 @@ func mountsBelow(dir string) []testutil.MountEntry {
 // detach lazily unmounts every mount at or below dir, deepest first, and
 // describes what it detached.
 func detach(dir string) []string {
-	ms := mountsBelow(dir)
+	ms := mountsBelow(selfMountinfo, dir)
 	sort.Slice(ms, func(i, j int) bool { return len(ms[i].Point) > len(ms[j].Point) })
 	var out []string
 	for _, m := range ms {

@@ -164,18 +164,28 @@ D /data/rename.txt
 
 const wantPing = "plain ping: exit 1 ping: permission denied (are you root?)\n/caps/ping: exit 0 \n"
 
+// rootlessTools are what running podman as the test user takes besides
+// podman's own tools: the mount namespace with the user's /dev/fuse, the
+// switch to the user, its subordinate ids.
+var rootlessTools = map[string]string{
+	"unshare": "util-linux", "setpriv": "util-linux",
+	"newuidmap": "uidmap", "newgidmap": "uidmap", "usermod": "passwd",
+}
+
 // podmanSetup is what every podman test does first: it needs root, skips
 // without the tools podman runs with (and extra ones), lets the daemons
 // that podman starts go, and builds the image's root folder, which it
 // returns.
-func podmanSetup(t testing.TB, extra map[string]string) string {
+func podmanSetup(t testing.TB, extra ...map[string]string) string {
 	testutil.RequireRoot(t)
 	tools := map[string]string{
 		"podman": "podman", "runc": "runc", "conmon": "conmon", "setcap": "libcap2-bin",
 		"fusermount3": "fuse3", "tar": "tar",
 	}
-	for k, v := range extra {
-		tools[k] = v
+	for _, m := range extra {
+		for k, v := range m {
+			tools[k] = v
+		}
 	}
 	lookTools(t, tools)
 	// Podman's conmon forks into the background, and so do the mount
@@ -248,9 +258,33 @@ type podman struct {
 	store string
 	flags []string
 	env   []string
-	// wrap runs podman as someone else (rootless): the command and its
-	// arguments, before "podman".
+	// wrap runs podman as someone else (rootless) or elsewhere (in a
+	// container): the command and its arguments, before "podman".
 	wrap []string
+	// buildFlags are what podman build needs here besides the store's.
+	buildFlags []string
+	// mountinfo lists the mounts of the namespace podman mounts the
+	// store's layers in, for leftovers.
+	mountinfo string
+}
+
+// storeFlags are podman's flags for a scratch store in the folder store
+// (which must not exist yet or be podman's), with prog as the overlay
+// driver's mount_program ("": podman's own choice).
+func storeFlags(store, prog string) []string {
+	flags := []string{
+		"--root", filepath.Join(store, "storage"),
+		"--runroot", filepath.Join(store, "run"),
+		"--tmpdir", filepath.Join(store, "tmp"),
+		"--network-config-dir", filepath.Join(store, "net"),
+		"--storage-driver", "overlay",
+		"--cgroup-manager=cgroupfs",
+		"--events-backend=file",
+	}
+	if prog != "" {
+		flags = append(flags, "--storage-opt", "overlay.mount_program="+prog)
+	}
+	return flags
 }
 
 // newPodman sets podman up on a new scratch store with prog as the
@@ -283,19 +317,10 @@ func newPodman(t testing.TB, prog mountProgram) *podman {
 	}
 	p := &podman{
 		t: t, prog: prog, store: store,
-		flags: []string{
-			"--root", filepath.Join(store, "storage"),
-			"--runroot", filepath.Join(store, "run"),
-			"--tmpdir", filepath.Join(store, "tmp"),
-			"--network-config-dir", filepath.Join(store, "net"),
-			"--storage-driver", "overlay",
-			"--cgroup-manager=cgroupfs",
-			"--events-backend=file",
-		},
-		env: []string{"CONTAINERS_CONF=" + conf},
-	}
-	if prog.path != "" {
-		p.flags = append(p.flags, "--storage-opt", "overlay.mount_program="+prog.path)
+		flags:      storeFlags(store, prog.path),
+		env:        []string{"CONTAINERS_CONF=" + conf},
+		buildFlags: []string{"--runtime", "runc", "--network=none"},
+		mountinfo:  selfMountinfo,
 	}
 	t.Cleanup(p.cleanup)
 	return p
@@ -318,8 +343,14 @@ func (p *podman) exec(args ...string) testutil.Result { return p.execWithin(podm
 
 // execWithin is exec with its own deadline.
 func (p *podman) execWithin(deadline time.Duration, args ...string) testutil.Result {
-	argv := append(append(append(append([]string{}, p.wrap...), "podman"), p.flags...), args...)
+	argv := p.argv(args...)
 	return testutil.Run(p.t, deadline, p.env, argv[0], argv[1:]...)
+}
+
+// argv is the command line that runs podman with the store's flags and
+// args, through wrap.
+func (p *podman) argv(args ...string) []string {
+	return append(append(append(append([]string{}, p.wrap...), "podman"), p.flags...), args...)
 }
 
 // must runs podman and fails the test unless it exits 0.
@@ -337,8 +368,8 @@ func (p *podman) must(args ...string) string {
 // SCHILY.xattr.security.capability).
 func (p *podman) importImage(rootfs, name string) {
 	p.t.Helper()
-	shArgs := append(append(append([]string{"-c", `dir=$1; shift; tar --xattrs --xattrs-include=security.capability -C "$dir" -c . | "$@"`, "sh", rootfs}, p.wrap...), "podman"), p.flags...)
-	if imp := testutil.Run(p.t, podmanDeadline, p.env, "sh", append(shArgs, "import", "-", name)...); imp.Code != 0 {
+	shArgs := append([]string{"-c", `dir=$1; shift; tar --xattrs --xattrs-include=security.capability -C "$dir" -c . | "$@"`, "sh", rootfs}, p.argv("import", "-", name)...)
+	if imp := testutil.Run(p.t, podmanDeadline, p.env, "sh", shArgs...); imp.Code != 0 {
 		p.t.Fatalf("podman import with %s as mount_program: %s", p.prog.name, imp)
 	}
 }
@@ -360,7 +391,7 @@ func (p *podman) leftovers(when string) {
 	for _, k := range waitProcsGone("/usr/bin/conmon", p.store+"/", procDeadline, p.t.Name()) {
 		p.t.Logf("%s: conmon still running %v later: %s (killed)", when, procDeadline, k)
 	}
-	for _, m := range mountsBelow(p.store) {
+	for _, m := range mountsBelow(p.mountinfo, p.store) {
 		if strings.HasPrefix(m.FSType, "fuse") {
 			p.t.Errorf("%s: %s mount left by %s: %s", when, m.FSType, p.prog.name, m.Point)
 		}
@@ -468,7 +499,7 @@ func podmanPrograms(t testing.TB) []mountProgram {
 // needs its file capability. Every step's output must be what the
 // scripts say, and the same as the reference's.
 func TestPodman(t *testing.T) {
-	rootfs := podmanSetup(t, nil)
+	rootfs := podmanSetup(t)
 
 	progs := podmanPrograms(t)
 	results := map[string][]step{}

@@ -72,10 +72,7 @@ func rootlessBuildPrograms(t testing.TB) []mountProgram {
 // with the trees the Containerfile changes. It returns the root folder
 // and the user.
 func rootlessBuildSetup(t testing.TB) (rootfs string, uid, gid int) {
-	rootfs = podmanSetup(t, map[string]string{
-		"unshare": "util-linux", "setpriv": "util-linux",
-		"newuidmap": "uidmap", "newgidmap": "uidmap", "usermod": "passwd",
-	})
+	rootfs = podmanSetup(t, rootlessTools)
 	addBuildTrees(t, rootfs)
 	uid, gid = testutil.TestUser(t)
 	ensureSubIDs(t, testutil.TestUserName)
@@ -177,34 +174,44 @@ func TestPodmanBuildRootless(t *testing.T) {
 // build --no-cache as an ordinary user (wall time, including the commit
 // of every step's layer) on podman's native rootless overlay, with
 // fuse-overlayfs and with goverlay as mount_program, each on its own
-// scratch store. The three build in turn in every iteration, so that a
-// loaded moment hits them alike; it reports each one's median seconds per
-// build and the mount programs' medians over the native driver's:
+// scratch store, and reports them as benchBuilds does, against the
+// native driver:
 //
 //	go test -run '^$' -bench PodmanBuildRootless -benchtime 3x ./tests/containers/
 func BenchmarkPodmanBuildRootless(b *testing.B) {
 	rootfs, uid, gid := rootlessBuildSetup(b)
-	progs := rootlessBuildPrograms(b)
-	type store struct {
-		p      *podman
-		ctx    string
-		builds []float64
-		// uring: its builds run while the kernel offers FUSE over
-		// io_uring, which goverlay then serves its mounts over.
-		uring bool
-	}
-	var stores []*store
-	for _, prog := range progs {
+	var stores []*buildStore
+	for _, prog := range rootlessBuildPrograms(b) {
 		p, ctx := newRootlessBuild(b, prog, rootfs, uid, gid)
-		stores = append(stores, &store{p: p, ctx: ctx})
+		stores = append(stores, &buildStore{p: p, ctx: ctx})
 		if prog.name == "goverlay" {
 			if _, err := os.Stat(testutil.EnableUring); err == nil {
 				prog.name += "-uring"
 				p, ctx := newRootlessBuild(b, prog, rootfs, uid, gid)
-				stores = append(stores, &store{p: p, ctx: ctx, uring: true})
+				stores = append(stores, &buildStore{p: p, ctx: ctx, uring: true})
 			}
 		}
 	}
+	benchBuilds(b, stores)
+}
+
+// buildStore is one store of a build benchmark: podman on it, the build
+// context as podman sees it, and each build's wall time in seconds.
+type buildStore struct {
+	p      *podman
+	ctx    string
+	builds []float64
+	// uring: its builds run while the kernel offers FUSE over
+	// io_uring, which goverlay then serves its mounts over.
+	uring bool
+}
+
+// benchBuilds runs podman build --no-cache b.N times on every store, the
+// stores in turn in every iteration so that a loaded moment hits them
+// alike, and removes the image after each build (untimed). It reports
+// each store's median seconds per build and, for the others, their
+// medians over the first store's.
+func benchBuilds(b *testing.B, stores []*buildStore) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for _, s := range stores {
@@ -220,12 +227,12 @@ func BenchmarkPodmanBuildRootless(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	native := median(stores[0].builds)
+	ref := median(stores[0].builds)
 	for _, s := range stores {
 		m := median(s.builds)
 		b.ReportMetric(m, "s/build-"+s.p.prog.name)
-		if s != stores[0] && native > 0 {
-			b.ReportMetric(m/native, "x-native-"+s.p.prog.name)
+		if s != stores[0] && ref > 0 {
+			b.ReportMetric(m/ref, "x-"+stores[0].p.prog.name+"-"+s.p.prog.name)
 		}
 	}
 }

@@ -79,10 +79,7 @@ func newRootlessPodman(t testing.TB, prog mountProgram, uid, gid int) *podman {
 // passes no uidmapping= and no userxattr rootless; the mount program runs
 // as root of podman's user namespace.
 func TestRootlessPodman(t *testing.T) {
-	rootfs := podmanSetup(t, map[string]string{
-		"unshare": "util-linux", "setpriv": "util-linux",
-		"newuidmap": "uidmap", "newgidmap": "uidmap", "usermod": "passwd",
-	})
+	rootfs := podmanSetup(t, rootlessTools)
 	uid, gid := testutil.TestUser(t)
 	ensureSubIDs(t, testutil.TestUserName)
 

@@ -56,7 +56,7 @@ more
 // container saw, with or without --uidmap. fuse-overlayfs 1.10 fails the
 // first run (recorded, not asserted).
 func TestPodmanUIDMap(t *testing.T) {
-	rootfs := podmanSetup(t, nil)
+	rootfs := podmanSetup(t)
 	for _, prog := range podmanPrograms(t) {
 		t.Run(prog.name, func(t *testing.T) {
 			p := newPodman(t, prog)

@@ -97,8 +97,7 @@ func ensureSubIDs(t testing.TB, user string) {
 func newUnprivNS(t *testing.T) *unprivNS {
 	t.Helper()
 	testutil.RequireRoot(t)
-	lookTools(t, map[string]string{"unshare": "util-linux", "setpriv": "util-linux",
-		"newuidmap": "uidmap", "newgidmap": "uidmap", "usermod": "passwd"})
+	lookTools(t, rootlessTools)
 	uid, gid := testutil.TestUser(t)
 	ensureSubIDs(t, testutil.TestUserName)
 	s := &unprivNS{base: t.TempDir(), uid: uid, gid: gid}

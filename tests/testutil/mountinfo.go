@@ -19,8 +19,12 @@ type MountEntry struct {
 }
 
 // Mounts parses /proc/self/mountinfo.
-func Mounts() ([]MountEntry, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+func Mounts() ([]MountEntry, error) { return MountsIn("/proc/self/mountinfo") }
+
+// MountsIn parses a mountinfo file: /proc/PID/mountinfo lists the mounts
+// of PID's mount namespace (proc(5)).
+func MountsIn(mountinfo string) ([]MountEntry, error) {
+	data, err := os.ReadFile(mountinfo)
 	if err != nil {
 		return nil, err
 	}
