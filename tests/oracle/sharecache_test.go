@@ -182,6 +182,9 @@ func TestShareCacheCopyUp(t *testing.T) {
 		{"sharecache=on", []string{"-o", "sharecache=on"}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			if c.shared {
+				testutil.SkipIfMasked(t, "passthrough", "sharecache=on")
+			}
 			gs := newWStack(t, sc)
 			extra := append(goverlayWriteOpts(false), c.opts...)
 			g := testutil.Mount(t, testutil.Options{Lower: []string{gs.lower}, Upper: gs.upper, Work: gs.work, Extra: extra})
@@ -223,6 +226,9 @@ func TestShareCachePages(t *testing.T) {
 		{"sharecache=on", []string{"-o", "sharecache=on"}, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			if c.opts != nil {
+				testutil.SkipIfMasked(t, "passthrough", "sharecache=on")
+			}
 			gs := newWStack(t, sc)
 			g := testutil.Mount(t, testutil.Options{Lower: []string{gs.lower}, Upper: gs.upper, Work: gs.work, Extra: c.opts})
 			f, err := os.Open(filepath.Join(g.Dir, "big"))
@@ -272,6 +278,7 @@ func TestShareCachePages(t *testing.T) {
 func TestShareCacheStackedLower(t *testing.T) {
 	testutil.RequireRoot(t)
 	sameBinary(t)
+	testutil.SkipIfMasked(t, "passthrough", "sharecache=on")
 	sc := wscenario{name: "stacked", lower: sharedLower}
 	ks := newWStack(t, sc)
 	lower := ks.kernel(t)
