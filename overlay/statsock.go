@@ -56,7 +56,8 @@ type Stats struct {
 	Passthrough bool   `json:"passthrough"`
 	IOReason    string `json:"io_reason"`
 	// ShareCache says files still in a lower layer open with
-	// passthrough to the lower file (-o sharecache=on, passthrough.go).
+	// passthrough to the lower file (-o sharecache=on, passthrough.go):
+	// asked for, and the kernel has not refused passthrough.
 	ShareCache bool `json:"sharecache"`
 	// NoOpen says regular files open without a request (noopen.go).
 	NoOpen bool `json:"noopen"`
@@ -143,7 +144,7 @@ func (f *FS) Stats() Stats {
 		Writeback:         f.io.writeback,
 		Passthrough:       f.passthrough.Load(),
 		IOReason:          f.io.why,
-		ShareCache:        f.io.share,
+		ShareCache:        f.io.share && f.passthrough.Load(),
 		NoOpen:            f.io.noOpen,
 		Transport:         f.transport(),
 		RingRequests:      f.srv.RingRequests(),

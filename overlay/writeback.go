@@ -142,7 +142,7 @@ func decideIOAs(o Options, readOnly bool, wbOff, ptOff string) ioMode {
 // cache (fuse_backing_open(), process_init_reply()); where it cannot be
 // had, the mount is as m, and the reason says why (passthrough.go).
 func decideShare(o Options, m ioMode, readOnly bool) ioMode {
-	ok, why := passthroughGrantable()
+	var why string
 	switch {
 	case !o.OpenRequests:
 		why = "noopen=1"
@@ -150,13 +150,16 @@ func decideShare(o Options, m ioMode, readOnly bool) ioMode {
 		why = "passthrough is off"
 	case o.Writeback == WritebackOn:
 		why = "writeback=1"
-	case ok:
-		m.passthrough, m.writeback, m.share = true, false, true
-		if readOnly {
-			m.why = "read-only mount"
+	default:
+		var ok bool
+		if ok, why = passthroughGrantable(); ok {
+			m.passthrough, m.writeback, m.share = true, false, true
+			if readOnly {
+				m.why = "read-only mount"
+			}
+			m.why += ", sharecache=on: lower files open with passthrough"
+			return m
 		}
-		m.why += ", sharecache=on: lower files open with passthrough"
-		return m
 	}
 	m.why += "; sharecache=on has no effect: " + why
 	return m

@@ -216,12 +216,7 @@ func TestWriteConcurrentCopyUp(t *testing.T) {
 	kt, gt := normTimes(testutil.Snapshot(t, kmnt), since, true), normTimes(testutil.Snapshot(t, g.Dir), since, true)
 	claim(t, kt["t/p0/q1/f0"].UID == 55 && kt["t/p0/q0/f1"].Mode == 0o600 && kt["t/p1/q2"].UID == 101, "kernel view")
 	compareW(t, "merged views", kt, gt, testutil.DiffOptions{A: "kernel", B: "goverlay"})
-	g.Unmount(t)
-	testutil.WorkEmpty(t, gs.work)
-	kraw := testutil.UpperLayout(t, ks.upper)
-	kl, gl := normTimes(layoutOf(t, ks.upper), since, true), normTimes(layoutOf(t, gs.upper), since, true)
-	xattrBlocks(t, ks.upper, kraw, kl, gl)
-	compareW(t, "upper layers", kl, gl, testutil.DiffOptions{A: "kernel's upper", B: "goverlay's upper"})
+	compareUppers(t, ks, gs, g, since, true)
 }
 
 // TestWriteConcurrentCreateUnlink: 8 goroutines create (O_CREAT|O_EXCL)

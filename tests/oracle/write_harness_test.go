@@ -122,6 +122,20 @@ func (s wstack) kernel(t testing.TB) string {
 	return testutil.KernelOverlay(t, []string{s.lower}, s.upper, s.work, kernelWriteOpts(s.redirect)...)
 }
 
+// compareUppers unmounts g, goverlay's mount of gs, checks that it left
+// its workdir empty, and compares its upper layer with ks's, the kernel's,
+// with the times since since normalised (normTimes; with dirs, every
+// directory's).
+func compareUppers(t *testing.T, ks, gs wstack, g *testutil.Mounted, since time.Time, dirs bool) {
+	t.Helper()
+	g.Unmount(t)
+	testutil.WorkEmpty(t, gs.work)
+	kraw := testutil.UpperLayout(t, ks.upper)
+	kl, gl := normTimes(layoutOf(t, ks.upper), since, dirs), normTimes(layoutOf(t, gs.upper), since, dirs)
+	xattrBlocks(t, ks.upper, kraw, kl, gl)
+	compareW(t, "upper layers", kl, gl, testutil.DiffOptions{A: "kernel's upper", B: "goverlay's upper"})
+}
+
 func setMtime(t testing.TB, path string, tm time.Time) {
 	t.Helper()
 	ts := []unix.Timespec{unix.NsecToTimespec(tm.UnixNano()), unix.NsecToTimespec(tm.UnixNano())}
