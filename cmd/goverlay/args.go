@@ -41,6 +41,7 @@ type config struct {
 	ReadOnly         bool     // "ro" among KernelOptions
 	KernelOptions    []string // resolved mount flags, see resolveFlags
 
+	Shared     bool // daemon=shared: mount through the user's mount server
 	Foreground bool
 	Debug      bool
 	dashD      bool // -d or --debug: debug and, as in libfuse, foreground
@@ -75,6 +76,12 @@ const usageLine = "goverlay [-f] [-d] -o lowerdir=DIR[:DIR...][,upperdir=DIR,wor
 // order and -o may be repeated. It only reads the working directory (to
 // make relative paths absolute); it never panics.
 func parseArgs(args []string) (*config, error) {
+	return parseArgsAt(args, getwd)
+}
+
+// parseArgsAt is parseArgs with relative paths resolved against the
+// directory wd returns: the shared mount server's is not its client's.
+func parseArgsAt(args []string, wd func() (string, error)) (*config, error) {
 	cfg := &config{}
 	var optStrings, operands []string
 	for i := 0; i < len(args); i++ {
@@ -158,7 +165,7 @@ func parseArgs(args []string) (*config, error) {
 	if cfg.FsName == "" {
 		cfg.FsName = "goverlay"
 	}
-	if err := cfg.absolutize(); err != nil {
+	if err := cfg.absolutize(wd); err != nil {
 		return nil, err
 	}
 	return cfg, nil
@@ -188,7 +195,7 @@ func flagValue(args []string, i int, name string) (string, int, error) {
 // storage root, so a relative path there means relative to that directory;
 // the daemon later changes to "/", so the paths must not depend on the
 // working directory any more.
-func (c *config) absolutize() error {
+func (c *config) absolutize(getwd func() (string, error)) error {
 	var cwd string
 	abs := func(p *string) error {
 		if *p == "" {

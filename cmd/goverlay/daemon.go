@@ -161,9 +161,12 @@ func daemonPipe() *os.File {
 // reporter tells whoever waits for the mount how it went: the parent
 // through the pipe in the background, or stderr in the foreground.
 type reporter struct {
-	pipe   *os.File // nil in the foreground
+	pipe   io.WriteCloser // nil in the foreground
 	stderr io.Writer
 	logf   func(format string, a ...any) // also records failures; may be nil
+	// shared: the report goes to a client of the shared mount server,
+	// whose stdio was detached when it started.
+	shared bool
 }
 
 // fail reports err and returns the exit code to use.
@@ -195,8 +198,10 @@ func (r *reporter) ready(logFile *os.File) error {
 		return nil
 	}
 	defer func() { r.pipe.Close(); r.pipe = nil }()
-	if err := detachStdio(logFile); err != nil {
-		return err
+	if !r.shared {
+		if err := detachStdio(logFile); err != nil {
+			return err
+		}
 	}
 	_, err := io.WriteString(r.pipe, "ok\n")
 	return err

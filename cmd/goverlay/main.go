@@ -37,8 +37,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return runBench(args[1:], stdout, stderr)
 		}
 	}
+	if len(args) > 0 && args[0] == serverCommand {
+		return runServer(args[1:], stderr)
+	}
 	pipe := daemonPipe()
-	rep := &reporter{pipe: pipe, stderr: stderr}
+	rep := &reporter{stderr: stderr}
+	if pipe != nil {
+		rep.pipe = pipe
+	}
 
 	cfg, err := parseArgs(args)
 	if err != nil {
@@ -61,6 +67,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		for _, w := range cfg.Warnings {
 			fmt.Fprintf(stderr, "goverlay: %s\n", w)
 		}
+	}
+	if pipe == nil && cfg.background() && cfg.Shared {
+		// The server validates, as the background child does.
+		return mountShared(args, stderr)
 	}
 	// The child validates again: the parent's checks may be stale by
 	// now, and the child is the one that mounts.
@@ -164,13 +174,22 @@ func serve(cfg *config, logger *log.Logger, logFile *os.File, rep *reporter) int
 	// are the ones libfuse's fuse_set_signal_handlers turns into a clean
 	// exit.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
+	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
 	// libfuse ignores SIGPIPE too; a closed log pipe must not kill a
 	// server whose mount is in use.
 	signal.Ignore(unix.SIGPIPE)
+	return serveMount(cfg, overlayOptions(cfg, geteuid(), logger), logger, logFile, rep, sigs)
+}
 
-	fsys, err := overlay.New(overlayOptions(cfg, geteuid(), logger))
+// stopSignals unmount and end a daemon, as libfuse's
+// fuse_set_signal_handlers has them do.
+var stopSignals = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP}
+
+// serveMount mounts with opts and serves until the mount goes away or a
+// signal arrives on sigs. It returns the exit code.
+func serveMount(cfg *config, opts overlay.Options, logger *log.Logger, logFile *os.File, rep *reporter, sigs <-chan os.Signal) int {
+	fsys, err := overlay.New(opts)
 	if errors.Is(err, overlay.ErrInUse) {
 		return rep.fail(failf(exitBadLayer, "%w", err))
 	}

@@ -70,6 +70,7 @@ var optionTable = []optionInfo{
 	{"noopen", "1|0", optSupported, "1 (default): the kernel opens regular files without asking goverlay (FUSE no_open): no OPEN and RELEASE per open(2), so reads from the page cache and execs of cached files never reach goverlay; a lower file is copied up at its first change rather than when opened for writing; no passthrough. 0: every open is a request, as in fuse-overlayfs; passthrough needs it"},
 	{"passthrough", "on|off", optSupported, "with noopen=0: on (default) lets the kernel read and write files of the upper layer directly (FUSE passthrough; Linux 6.9+, root); off sends reads and writes through the page cache and goverlay. passthrough=on implies noopen=0"},
 	{"sharecache", "on|off", optSupported, "on: files still in a lower layer open with FUSE passthrough to the lower file (Linux 6.9+, root), so reads, mmap and exec use the lower file's pages: mounts of one image share one copy in memory, as with the kernel overlay. Every open(2) is then a request (OPEN and RELEASE). Implies noopen=0; needs passthrough=on and writeback=0; no effect where the kernel grants no passthrough (rootless). Default off"},
+	{"daemon", "own|shared", optSupported, "own (default): each mount has a process of its own. shared: one process serves every mount of the user (per user and mount namespace), started by the first such mount and gone with the last; a mount then costs no Go start of its own and little memory (man page: SHARED DAEMON). No effect with -f or -d"},
 	{"writeback", "0|1", optSupported, "the kernel's writeback cache: write(2) fills the page cache and the kernel writes it to goverlay later, in large requests (fuse-overlayfs). Default: on, except with noopen=0 where passthrough is granted; 1 uses it instead of passthrough, 0 never (every write(2) is then a request)"},
 	{"uring", "1|0", optSupported, "1 (default): where the kernel offers FUSE over io_uring (Linux 6.14+, when /sys/module/fuse/parameters/enable_uring is Y), serve requests through one io_uring queue per CPU, each answered by a thread on that CPU; the kernel's offer is the switch, as it is off by default. 0: serve every request through /dev/fuse"},
 	{"noacl", "", optSupported, "do not enforce POSIX ACLs, nor give new objects their directory's default ACL; the umask always applies (fuse-overlayfs)"},
@@ -318,6 +319,12 @@ func (st *optState) set(key, raw string) error {
 			return err
 		}
 		c.ShareCache = on
+	case "daemon":
+		shared, err := switchValue(key, raw, "shared", "own")
+		if err != nil {
+			return err
+		}
+		c.Shared = shared
 	case "noopen":
 		on, err := switchValue(key, raw, "1", "0")
 		if err != nil {

@@ -337,11 +337,16 @@ func (b *bencher) hostPSS(ctx context.Context, inst *instance, workload string, 
 			}
 		}
 		var total int64
+		counted := map[int]bool{} // a shared server counts once
 		for _, in := range insts {
 			pid, err := daemonPID(in)
 			if err != nil {
 				return 0, err
 			}
+			if counted[pid] {
+				continue
+			}
+			counted[pid] = true
 			pss, err := procPSS(pid)
 			if err != nil {
 				return 0, err

@@ -37,6 +37,9 @@ type bencher struct {
 	host *hostState
 	// rootless is what the rootless targets share (rootless.go).
 	rootless *rootlessEnv
+	// served counts, for each shared goverlay server (daemon=shared),
+	// the instances it serves: it exits with the last one.
+	served map[int]int
 	// link, in the rootless agent, is the bench at the other end, which
 	// counts the FUSE requests of each timed part (rootless.go).
 	link *agentLink

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -64,6 +65,7 @@ var allTargets = []*targetDef{
 	{name: "goverlay-uring", kind: kindGoverlay, uring: true, desc: "goverlay with its defaults, mounted while the kernel offers FUSE over io_uring (enable_uring=Y): requests go through one io_uring queue per CPU"},
 	{name: "goverlay-opens", kind: kindGoverlay, opts: []string{"noopen=0"}, desc: "goverlay -o noopen=0: every open a request, passthrough where the kernel grants it"},
 	{name: "goverlay-sharecache", kind: kindGoverlay, opts: []string{"sharecache=on"}, desc: "goverlay -o sharecache=on: lower files open with passthrough to the lower file, so mounts of one image share its pages (every open a request)"},
+	{name: "goverlay-shared", kind: kindGoverlay, opts: []string{"daemon=shared"}, named: true, desc: "goverlay -o daemon=shared: one process serves every mount (asked for by name)"},
 	{name: "goverlay-nosec-off", kind: kindGoverlay, opts: []string{"nosec=off"}, desc: "goverlay -o nosec=off"},
 	{name: "goverlay-nopassthrough", kind: kindGoverlay, opts: []string{"noopen=0", "passthrough=off"}, desc: "goverlay -o noopen=0,passthrough=off: every open a request, the writeback cache instead of passthrough"},
 	{name: "goverlay-writeback", kind: kindGoverlay, opts: []string{"noopen=0", "writeback=1"}, desc: "goverlay -o noopen=0,writeback=1: every open a request, the writeback cache, not passthrough"},
@@ -281,6 +283,12 @@ func (t *targetDef) mountOver(ctx context.Context, b *bencher, dir string, lower
 	// runs last): what runs next must not share the CPU with a departing
 	// daemon, and nothing the bench started outlives it.
 	cl.push(func() error {
+		if b.served[inst.pid] > 0 {
+			// A shared server exits with its last instance.
+			if b.served[inst.pid]--; b.served[inst.pid] > 0 {
+				return nil
+			}
+		}
 		if !waitGone(inst.pid, 5*time.Second) {
 			return fmt.Errorf("the daemon of %s (PID %d) still runs 5 s after its unmount", mnt, inst.pid)
 		}
@@ -319,6 +327,12 @@ func (t *targetDef) mountOver(ctx context.Context, b *bencher, dir string, lower
 		}
 		if err == nil {
 			inst.pid = readPid(pidfile)
+			if slices.Contains(t.opts, "daemon=shared") && inst.pid > 0 {
+				if b.served == nil {
+					b.served = map[int]int{}
+				}
+				b.served[inst.pid]++
+			}
 		}
 	default:
 		err = fmt.Errorf("%s is not an overlay target", t.name)

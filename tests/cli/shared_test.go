@@ -1,0 +1,225 @@
+package cli_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/tests/testutil"
+)
+
+// sharedMount is one mount of TestSharedDaemon: its layers and pidfile.
+type sharedMount struct {
+	lower, upper, mnt, pidfile string
+}
+
+// newSharedMount makes fresh layers (the lower with "file") for one mount.
+func newSharedMount(t *testing.T, name string) sharedMount {
+	t.Helper()
+	base := filepath.Join(t.TempDir(), name)
+	l := testutil.NewLayer(t, filepath.Join(base, "lower"))
+	l.File("file", name+"\n", 0o644)
+	m := sharedMount{lower: l.Root, upper: filepath.Join(base, "upper"), mnt: filepath.Join(base, "mnt"), pidfile: filepath.Join(base, "pid")}
+	for _, d := range []string{m.upper, filepath.Join(base, "work"), m.mnt} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		if testutil.IsMounted(m.mnt) {
+			unix.Unmount(m.mnt, unix.MNT_DETACH)
+		}
+	})
+	return m
+}
+
+// args is the command line that mounts m through the shared server.
+func (m sharedMount) args() []string {
+	return []string{"-o", "lowerdir=" + m.lower + ",upperdir=" + m.upper + ",workdir=" + filepath.Join(filepath.Dir(m.upper), "work") + ",daemon=shared",
+		"--pidfile", m.pidfile, m.mnt}
+}
+
+// pid is the serving process's PID from m's pidfile.
+func (m sharedMount) pid(t *testing.T) int {
+	t.Helper()
+	data, err := os.ReadFile(m.pidfile)
+	if err != nil {
+		t.Fatalf("pidfile of %s: %v", m.mnt, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatalf("pidfile %s holds %q", m.pidfile, data)
+	}
+	return pid
+}
+
+// serverSockets lists the shared servers' sockets in root's runtime
+// directory.
+func serverSockets(t *testing.T) []string {
+	t.Helper()
+	ents, _ := os.ReadDir("/run/goverlay")
+	var out []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "server-") && strings.HasSuffix(e.Name(), ".sock") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// TestSharedDaemon: with -o daemon=shared one process serves every mount;
+// each mount is live when its command returns and writes its own upper
+// layer; a refused mount is reported by its command and leaves the others
+// alone; the server outlives an unmount while it serves other mounts and
+// exits with the last, removing its socket; SIGTERM unmounts every mount
+// it serves. Not parallel: every shared mount of this test binary meets
+// in one server, whose life the test follows.
+func TestSharedDaemon(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.LeakCheck(t)
+	socketsBefore := len(serverSockets(t))
+
+	ms := []sharedMount{newSharedMount(t, "one"), newSharedMount(t, "two"), newSharedMount(t, "three")}
+	for _, m := range ms {
+		if r := goverlay(t, m.args()...); r.Code != 0 {
+			t.Fatalf("goverlay %s: %s", strings.Join(m.args(), " "), r)
+		}
+		// Live when the command returns.
+		want := filepath.Base(filepath.Dir(m.mnt)) + "\n"
+		if data, err := os.ReadFile(filepath.Join(m.mnt, "file")); err != nil || string(data) != want {
+			t.Fatalf("read %s right after the mount: %q, %v; want %q", m.mnt, data, err, want)
+		}
+	}
+	pid := ms[0].pid(t)
+	for _, m := range ms[1:] {
+		if p := m.pid(t); p != pid {
+			t.Fatalf("pidfiles name PIDs %d and %d: want one server for every daemon=shared mount", pid, p)
+		}
+	}
+	server, err := testutil.Track(pid, t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if server.Alive() {
+			server.Kill()
+			t.Errorf("the shared server (PID %d) was still running at the end", pid)
+		}
+	})
+	if exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); err != nil || exe != testutil.Binary(t) {
+		t.Errorf("the server runs %q (%v), want %s", exe, err, testutil.Binary(t))
+	}
+
+	// Each mount writes its own upper layer.
+	for i, m := range ms {
+		if err := os.WriteFile(filepath.Join(m.mnt, "new"), []byte(strconv.Itoa(i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, m := range ms {
+		if data, err := os.ReadFile(filepath.Join(m.upper, "new")); err != nil || string(data) != strconv.Itoa(i) {
+			t.Errorf("%s/new: %q, %v; want %q", m.upper, data, err, strconv.Itoa(i))
+		}
+	}
+
+	// A mount the server refuses: the command says why, nothing is
+	// mounted, and the server serves on.
+	bad := newSharedMount(t, "bad")
+	badArgs := bad.args()
+	badArgs[1] = strings.Replace(badArgs[1], "lowerdir="+bad.lower, "lowerdir="+bad.lower+"-missing", 1)
+	r := goverlay(t, badArgs...)
+	if r.Code == 0 || !strings.Contains(r.Stderr, "does not exist") {
+		t.Errorf("a missing lowerdir through the server: %s; want a non-zero exit saying it does not exist", r)
+	}
+	if testutil.IsMounted(bad.mnt) {
+		t.Errorf("%s is mounted after a refused mount", bad.mnt)
+	}
+
+	// Relative paths are the command's, not the server's.
+	rel := newSharedMount(t, "rel")
+	cmd := exec.Command(testutil.Binary(t), "-o", "lowerdir=lower,upperdir=upper,workdir=work,daemon=shared", "mnt")
+	cmd.Dir = filepath.Dir(rel.mnt)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("goverlay with relative paths from %s: %v: %s", cmd.Dir, err, out)
+	}
+	if data, err := os.ReadFile(filepath.Join(rel.mnt, "file")); err != nil || string(data) != "rel\n" {
+		t.Errorf("the mount with relative paths reads %q, %v; want %q", data, err, "rel\n")
+	}
+	if err := unix.Unmount(rel.mnt, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	// One unmount: the others are served on.
+	if err := unix.Unmount(ms[0].mnt, 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if !server.Alive() {
+		t.Fatalf("the server exited with two mounts left")
+	}
+	if data, err := os.ReadFile(filepath.Join(ms[1].mnt, "file")); err != nil || string(data) != "two\n" {
+		t.Errorf("read %s after another mount ended: %q, %v", ms[1].mnt, data, err)
+	}
+	if _, err := os.Stat(ms[0].pidfile); !os.IsNotExist(err) {
+		t.Errorf("the pidfile of the unmounted %s: %v; want it removed", ms[0].mnt, err)
+	}
+
+	// SIGTERM unmounts the two left and ends the server.
+	if err := server.Signal(unix.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !server.Wait(testutil.DaemonExitTimeout) {
+		t.Fatalf("the server still runs %v after SIGTERM", testutil.DaemonExitTimeout)
+	}
+	if ok, _, desc := server.Status(); !ok {
+		t.Errorf("the server ended with %s, want exit 0", desc)
+	}
+	for _, m := range ms {
+		if testutil.IsMounted(m.mnt) {
+			t.Errorf("%s is still mounted after the server's SIGTERM", m.mnt)
+		}
+	}
+	if n := len(serverSockets(t)); n > socketsBefore {
+		t.Errorf("the server's socket is left in /run/goverlay (%d sockets, %d before)", n, socketsBefore)
+	}
+
+	// The next mount starts a new server, which exits with its only
+	// mount.
+	again := newSharedMount(t, "again")
+	if r := goverlay(t, again.args()...); r.Code != 0 {
+		t.Fatalf("goverlay after the server ended: %s", r)
+	}
+	p2, err := testutil.Track(again.pid(t), t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p2.Alive() && again.pid(t) == pid {
+		t.Errorf("the new mount is served by the old server's PID %d", pid)
+	}
+	if err := unix.Unmount(again.mnt, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !p2.Wait(testutil.DaemonExitTimeout) {
+		p2.Kill()
+		t.Fatalf("the server still runs %v after its only mount ended", testutil.DaemonExitTimeout)
+	}
+	if ok, _, desc := p2.Status(); !ok {
+		t.Errorf("the server ended with %s, want exit 0", desc)
+	}
+}
+
+// TestSharedDaemonByHand: the server's command is refused when run by
+// hand, with a clear message.
+func TestSharedDaemonByHand(t *testing.T) {
+	t.Parallel()
+	r := goverlay(t, "mount-server")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "not run by hand") {
+		t.Errorf("goverlay mount-server: %s; want a usage error", r)
+	}
+}
