@@ -20,6 +20,13 @@ type Options struct {
 	// Logger receives what the transport decided and what went wrong;
 	// nil means mo.Logger, or the standard logger.
 	Logger *log.Logger
+	// Shared: the process serves many mounts. GOMAXPROCS is left as it
+	// is (addSpareProcs): go-fuse sizes each server's readers by it
+	// when it starts (fuse.NewServer: between 2 and 16), and each idle
+	// reader is a thread blocked in read(2), with its stacks; spare Ps
+	// for a mount's readers help little once a hundred mounts' readers
+	// share the process.
+	Shared bool
 	// fusermount mounts through fusermount3 even where goverlay may
 	// mount itself (tests).
 	fusermount bool
@@ -148,7 +155,9 @@ func Mount(fs fuse.RawFileSystem, mountpoint string, mo *fuse.MountOptions, o Op
 	if s.uring == nil {
 		s.Close()
 	}
-	spareProcs.Do(addSpareProcs)
+	if !o.Shared {
+		spareProcs.Do(addSpareProcs)
+	}
 	go srv.Serve()
 	if err := stopPolls(mnt); err != nil {
 		s.Unmount()
