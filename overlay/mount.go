@@ -284,7 +284,6 @@ func New(o Options) (*FS, error) {
 
 // Close releases the layers. It is called after the mount is gone.
 func (f *FS) Close() {
-	errLog.CompareAndSwap(f.log, nil)
 	if f.statsSock != nil {
 		f.statsSock.close()
 	}
@@ -331,7 +330,6 @@ type FusermountError = fuseserve.FusermountError
 // Mount mounts the overlay on mountpoint and starts serving it. It returns
 // once the kernel has accepted the mount.
 func (f *FS) Mount(mountpoint string) (*Server, error) {
-	errLog.Store(f.log)
 	// The control socket is named after the mountpoint's path, resolved
 	// before the mount is on it.
 	resolved := resolveMountpoint(mountpoint)

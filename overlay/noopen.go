@@ -233,12 +233,12 @@ func (n *node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64
 	}
 	c, err := n.dataFD(ctx, false)
 	if err != nil {
-		return nil, errno(err)
+		return nil, n.ofs.errno(err)
 	}
 	defer n.putFD(c, false)
 	k, err := unix.Pread(c.fd, dest, off)
 	if err != nil {
-		return nil, errno(err)
+		return nil, n.ofs.errno(err)
 	}
 	return fuse.ReadResultData(dest[:k]), 0
 }
@@ -252,7 +252,7 @@ func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int6
 	c, err := n.dataFD(ctx, true)
 	if err != nil {
 		n.writeFailed(ctx, off, err)
-		return 0, errno(err)
+		return 0, n.ofs.errno(err)
 	}
 	defer n.putFD(c, false)
 	return n.handleOf(c).Write(ctx, data, off)
@@ -266,7 +266,7 @@ func (n *node) Writev(ctx context.Context, f fs.FileHandle, data [][]byte, off i
 	c, err := n.dataFD(ctx, true)
 	if err != nil {
 		n.writeFailed(ctx, off, err)
-		return 0, errno(err)
+		return 0, n.ofs.errno(err)
 	}
 	defer n.putFD(c, false)
 	return n.handleOf(c).Writev(ctx, data, off)
@@ -293,7 +293,7 @@ func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall
 	}
 	fd, err := par.Open(name, unix.O_RDONLY)
 	if err != nil {
-		return errno(err)
+		return n.ofs.errno(err)
 	}
 	defer unix.Close(fd)
 	return n.handleOf(&nodeFD{fd: fd, upper: true}).Fsync(ctx, flags)
@@ -306,7 +306,7 @@ func (n *node) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size u
 	}
 	c, err := n.dataFD(ctx, true)
 	if err != nil {
-		return errno(err)
+		return n.ofs.errno(err)
 	}
 	defer n.putFD(c, false)
 	return n.handleOf(c).Allocate(ctx, off, size, mode)
@@ -320,11 +320,11 @@ func (n *node) Lseek(ctx context.Context, f fs.FileHandle, off uint64, whence ui
 	n.seekFlush(off)
 	c, err := n.dataFD(ctx, false)
 	if err != nil {
-		return 0, errno(err)
+		return 0, n.ofs.errno(err)
 	}
 	defer n.putFD(c, false)
 	r, err := unix.Seek(c.fd, int64(off), int(whence))
-	return uint64(r), errno(err)
+	return uint64(r), n.ofs.errno(err)
 }
 
 // heldLocked reports whether n may be open: it has open handles, or, on
