@@ -81,6 +81,18 @@ type Options struct {
 	// Mask names kernel features to behave as if the kernel lacked
 	// (-o mask=, mask.go), so that their fallbacks run.
 	Mask Mask
+	// FDBudget is how many fds the mount's caches may keep open: the
+	// layers' directory fds take up to a quarter of it (at least 64, at
+	// most 65,536; lower.NewCachesBudget), the files opened without a
+	// request an eighth (at least 16, at most 1,024; noopen.go
+	// ringSize). 0 sizes them from what the process may open
+	// (RLIMIT_NOFILE) instead, which suits a process serving one mount;
+	// a process serving several gives each its share, or together they
+	// may run it out of fds (EMFILE). Not counted: the files
+	// applications hold open through the mount (with OpenRequests, one
+	// fd of the daemon's each, for as long as they do), and the mount's
+	// own few (the layers' roots, /dev/fuse).
+	FDBudget int
 
 	// FsName is the mount's source as /proc/mounts shows it.
 	FsName string
@@ -196,7 +208,11 @@ func New(o Options) (*FS, error) {
 	if (o.Upper == "") != (o.Work == "") {
 		return nil, fmt.Errorf("upperdir and workdir go together")
 	}
-	f := &FS{opts: o, log: o.Logger, caches: lower.NewCaches(), atime: atimeOf(o.KernelOptions)}
+	if o.FDBudget < 0 {
+		return nil, fmt.Errorf("fd budget %d: want 0 (from RLIMIT_NOFILE) or more", o.FDBudget)
+	}
+	f := &FS{opts: o, log: o.Logger, caches: lower.NewCachesBudget(o.FDBudget), atime: atimeOf(o.KernelOptions)}
+	f.fds.budget = o.FDBudget
 	if f.log == nil {
 		f.log = log.New(os.Stderr, "goverlay: ", 0)
 	}

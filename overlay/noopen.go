@@ -76,16 +76,23 @@ type fdRing struct {
 	mu    sync.Mutex
 	nodes []*node
 	next  int
+	// budget is the mount's fd budget (Options.FDBudget), 0 for none.
+	budget int
 }
 
-// ringSize is the size of a mount's fdRing: 1,024, or an eighth of what
-// the process may open (RLIMIT_NOFILE) where that is less; the layers'
-// directory fds take up to a quarter (lower/fdcache.go).
-func ringSize() int {
+// ringSize is the size of a mount's fdRing: 1,024, or an eighth of the
+// mount's fd budget where that is less, or without one of what the
+// process may open (RLIMIT_NOFILE), read when the ring is first used; the
+// layers' directory fds take up to a quarter (lower/fdcache.go).
+func ringSize(budget int) int {
 	n := 1024
+	limit := uint64(max(budget, 0))
 	var rl unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && rl.Cur > 0 {
-		n = int(min(max(rl.Cur/8, 16), uint64(n)))
+	if limit == 0 && unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil {
+		limit = rl.Cur
+	}
+	if limit > 0 {
+		n = int(min(max(limit/8, 16), uint64(n)))
 	}
 	return n
 }
@@ -96,7 +103,7 @@ func (r *fdRing) add(n *node) *node {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.nodes == nil {
-		r.nodes = make([]*node, ringSize())
+		r.nodes = make([]*node, ringSize(r.budget))
 	}
 	old := r.nodes[r.next]
 	r.nodes[r.next] = n
