@@ -17,6 +17,7 @@ var _ = (fs.NodeLookuper)((*node)(nil))
 
 // Lookup resolves name across the layers (lower.Chain.Lookup).
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.ofs.hooks.lookup.run(name)
 	child, errno := n.lookup(ctx, name, out)
 	if errno == 0 && out.Attr.Mode&syscall.S_IFMT != syscall.S_IFDIR && n.skipped.Load() {
 		// Someone wants more of a listing than its names
