@@ -9,7 +9,8 @@ import "sync/atomic"
 // entries go.
 type Caches struct {
 	// fds are the open fds of directories that can reopen themselves
-	// (fdcache.go), at most a quarter of RLIMIT_NOFILE. An fd leaves
+	// (fdcache.go), at most a quarter of the mount's fd budget
+	// (NewCachesBudget), by default of RLIMIT_NOFILE. An fd leaves
 	// when its Dir is closed or forgotten (Dir.Close, Dir.Forget: its
 	// node was forgotten by the kernel), or when the cache trims it; a
 	// reopen checks that it found the same directory.
@@ -29,9 +30,18 @@ type Caches struct {
 	noFchmodat2 atomic.Bool
 }
 
-// NewCaches makes the caches of one mount, with the default bounds.
-func NewCaches() *Caches {
-	return &Caches{fds: newCache(), listings: &lcache{max: 1 << 18}}
+// NewCaches makes the caches of one mount, with the default bounds: its
+// directory fds take up to a quarter of what the process may open
+// (RLIMIT_NOFILE).
+func NewCaches() *Caches { return NewCachesBudget(0) }
+
+// NewCachesBudget makes the caches of a mount that may keep up to fds
+// files open, which its directory fds take a quarter of; 0 is NewCaches.
+// A process that serves several mounts gives each a share of its
+// RLIMIT_NOFILE, since each mount's cache sized from the whole of it
+// would let them together run the process out of fds (EMFILE).
+func NewCachesBudget(fds int) *Caches {
+	return &Caches{fds: newCache(fds), listings: &lcache{max: 1 << 18}}
 }
 
 // NoFchmodat2 reports whether the kernel was found without fchmodat2(2).

@@ -19,13 +19,19 @@ type cache struct {
 	max int
 }
 
-func newCache() *cache {
+// newCache sizes the cache from budget, the fds the mount may keep open,
+// or, when budget is 0, from what the process may open (RLIMIT_NOFILE).
+func newCache(budget int) *cache {
 	c := &cache{max: 4096}
+	limit := uint64(max(budget, 0))
 	var rl unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && rl.Cur > 0 {
+	if limit == 0 && unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil {
+		limit = rl.Cur
+	}
+	if limit > 0 {
 		// A quarter of what we may open: the rest is for open files,
 		// the FUSE device and the layers' roots.
-		c.max = int(min(max(rl.Cur/4, 64), 1<<16))
+		c.max = int(min(max(limit/4, 64), 1<<16))
 	}
 	return c
 }

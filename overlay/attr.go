@@ -49,7 +49,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		if hasSize {
 			done, err := n.dataChangeStart()
 			if err != nil {
-				return errno(err)
+				return n.ofs.errno(err)
 			}
 			defer done()
 			// The kernel drops its pages beyond the new size
@@ -62,7 +62,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		}
 		d, _, err := n.toUpper(ctx, kind)
 		if err != nil {
-			return errno(err)
+			return n.ofs.errno(err)
 		}
 		if e := n.withUpperName(d, func(d *lower.Dir, name string) syscall.Errno {
 			return n.setattrAt(f, d, name, in)
@@ -72,7 +72,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	if !idle || !statted {
 		if err := n.stat(&st); err != nil {
-			return errno(err)
+			return n.ofs.errno(err)
 		}
 	}
 	if in.Valid&(fuse.FATTR_MODE|fuse.FATTR_UID|fuse.FATTR_GID) != 0 {
@@ -137,7 +137,7 @@ func (n *node) setattrAt(f fs.FileHandle, d *lower.Dir, name string, in *fuse.Se
 		}
 		n.invalidateNoSec()
 		if err != nil {
-			return errno(err)
+			return n.ofs.errno(err)
 		}
 	}
 	uid, uok := in.GetUID()
@@ -162,12 +162,12 @@ func (n *node) setattrAt(f fs.FileHandle, d *lower.Dir, name string, in *fuse.Se
 		if err != nil && !n.ofs.opts.Owners.squashed() {
 			// With squashing, every file shows the squashed
 			// owner, and chown always succeeds (fuse-overlayfs).
-			return errno(err)
+			return n.ofs.errno(err)
 		}
 	}
 	if hasSize {
 		if err := n.truncate(f, d, name, size); err != nil {
-			return errno(err)
+			return n.ofs.errno(err)
 		}
 	}
 	switch {
@@ -176,20 +176,20 @@ func (n *node) setattrAt(f fs.FileHandle, d *lower.Dir, name string, in *fuse.Se
 		// A truncate by a caller without CAP_FSETID, or any chown
 		// (fuse_do_setattr() in fs/fuse/dir.c sets the flag then).
 		if err := n.killPrivs(); err != nil {
-			return errno(err)
+			return n.ofs.errno(err)
 		}
 	case in.Valid&^(fuse.FATTR_FH|fuse.FATTR_LOCKOWNER) == 0 && n.ofs.nosec:
 		// The kernel's file_remove_privs() found something to remove
 		// (passthrough.go).
 		if err := n.killPrivsNow(); err != nil {
-			return errno(err)
+			return n.ofs.errno(err)
 		}
 	}
 	if n.ofs.writeback.Load() {
 		// Not between keepMtime's fstat and futimens.
 		defer n.timesLock()()
 	}
-	return errno(setTimes(d, name, in))
+	return n.ofs.errno(setTimes(d, name, in))
 }
 
 // nameOrDot makes "" (the directory itself) usable as an *at path.
@@ -240,11 +240,11 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		// metacopy file's handle is on its data, whose attributes
 		// are not the file's: those are its upper file's (n.stat).
 		if err := h.stat(&st); err != nil {
-			return errno(err)
+			return n.ofs.errno(err)
 		}
 		n.applyOverride(&st)
 	} else if err := n.stat(&st); err != nil {
-		return errno(err)
+		return n.ofs.errno(err)
 	}
 	n.fillAttr(&st, &out.Attr)
 	if ino := n.StableAttr().Ino; out.Ino != ino {

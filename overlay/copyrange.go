@@ -51,7 +51,7 @@ func (n *node) CopyFileRange(ctx context.Context, fin fs.FileHandle, offIn uint6
 	}
 	wfd, wdone, err := out.rangeFD(ctx, fout, true)
 	if err != nil {
-		return 0, errno(err)
+		return 0, n.ofs.errno(err)
 	}
 	defer wdone()
 	out.atimeStale()
@@ -59,7 +59,7 @@ func (n *node) CopyFileRange(ctx context.Context, fin fs.FileHandle, offIn uint6
 	if n != out {
 		fd, rdone, err := n.rangeFD(ctx, fin, false)
 		if err != nil {
-			return 0, errno(err)
+			return 0, n.ofs.errno(err)
 		}
 		defer rdone()
 		rfd = fd
@@ -78,7 +78,7 @@ func (n *node) CopyFileRange(ctx context.Context, fin fs.FileHandle, offIn uint6
 		// and meets the error then.
 		return uint32(copied), 0
 	}
-	return 0, errno(err)
+	return 0, n.ofs.errno(err)
 }
 
 // rangeFD is the fd a copy reads n from, or writes it through (copied up

@@ -64,7 +64,7 @@ func (n *node) upperDir(ctx context.Context) (*lower.Dir, error) {
 	// kernel overlay reports it (1): the kernel must not keep the old
 	// attributes. Asynchronous: a notification must not wait on a
 	// request in flight.
-	go n.NotifyContent(-1, 0)
+	go n.ofs.guard.guarded("a merged directory's notification", func() { n.NotifyContent(-1, 0) })()
 	return ud, nil
 }
 
@@ -207,10 +207,10 @@ func (n *node) part(p *node, name string, meta bool, ust *unix.Stat_t) {
 	n.mu.Unlock()
 	n.ofs.raw.partedSeen()
 	n.NotifyContent(-1, 0)
-	go func() {
+	go n.ofs.guard.guarded("a parted hard link's notification", func() {
 		n.ofs.hooks.partedNotify.run(name)
 		p.NotifyEntry(name)
-	}()
+	})()
 }
 
 // isParted reports whether n is a lower hard link its copy-up parted.

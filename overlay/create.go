@@ -98,7 +98,7 @@ func (n *node) create(ctx context.Context, name string, o upper.Object, out *fus
 	}
 	pd, err := n.upperDir(ctx)
 	if err != nil {
-		return nil, -1, errno(err)
+		return nil, -1, n.ofs.errno(err)
 	}
 	probe := upper.Probe
 	if made, _ := n.dirFact(factMadeHere); made {
@@ -108,11 +108,11 @@ func (n *node) create(ctx context.Context, name string, o upper.Object, out *fus
 	}
 	over, err := probe(pd, name)
 	if err != nil {
-		return nil, -1, errno(err)
+		return nil, -1, n.ofs.errno(err)
 	}
 	o.Uid, o.Gid, o.Mode = n.owner(ctx, o.Mode)
 	if err := n.inherit(ctx, pd, &o); err != nil {
-		return nil, -1, errno(err)
+		return nil, -1, n.ofs.errno(err)
 	}
 	// A new directory over a whiteout must not merge with what the
 	// whiteout hid (Linux: ovl_create_over_whiteout() sets opaque). With
@@ -127,7 +127,7 @@ func (n *node) create(ctx context.Context, name string, o upper.Object, out *fus
 	// request may have given to something else by now.
 	fd, err := n.ofs.upper.CreateStat(pd, name, o, over, &e.Stat)
 	if err != nil {
-		return nil, -1, errno(err)
+		return nil, -1, n.ofs.errno(err)
 	}
 	if e.IsDir() {
 		var d *lower.Dir
@@ -147,7 +147,7 @@ func (n *node) create(ctx context.Context, name string, o upper.Object, out *fus
 		if fd >= 0 {
 			unix.Close(fd)
 		}
-		return nil, -1, errno(err)
+		return nil, -1, n.ofs.errno(err)
 	}
 	// A new object has no inode number from before a copy-up to look
 	// for: its identity is its own.

@@ -67,7 +67,7 @@ func (d *dirHandle) load() syscall.Errno {
 	// (atime.go).
 	ents, err := chain.ReadDirAccess()
 	if err != nil {
-		return errno(err)
+		return d.n.ofs.errno(err)
 	}
 	self := n.StableAttr().Ino
 	parentIno := self
@@ -138,8 +138,8 @@ func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
 	d.n.mu.Unlock()
 	fd, err := chain[0].Open(".", unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
-		return errno(err)
+		return d.n.ofs.errno(err)
 	}
 	defer unix.Close(fd)
-	return errno(unix.Fsync(fd))
+	return d.n.ofs.errno(unix.Fsync(fd))
 }

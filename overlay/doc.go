@@ -2,7 +2,7 @@
 // over the layers that package lower reads, the upper layer that package
 // upper writes, and the privilege removal of package privs. It is the only
 // package that speaks to go-fuse, and the only place an error becomes the
-// errno a request is answered with (errno).
+// errno a request is answered with (FS.errno).
 //
 // # Layer model
 //

@@ -3,8 +3,6 @@ package overlay
 import (
 	"errors"
 	"io/fs"
-	"log"
-	"sync/atomic"
 	"syscall"
 )
 
@@ -18,40 +16,41 @@ import (
 //     for.
 //   - Anything else is a fault of goverlay or of a layer's content that no
 //     errno describes (a malformed override xattr, say): it is logged
-//     through the mount's logger and answered EIO, as the kernel answers
-//     what it cannot make sense of on disk. go-fuse's own conversion would
-//     answer ENOTSUP, which tells the caller to stop trying, and log to the
-//     process's standard logger.
-func errno(err error) syscall.Errno {
+//     through the mount's own logger and answered EIO, as the kernel
+//     answers what it cannot make sense of on disk. go-fuse's own
+//     conversion would answer ENOTSUP, which tells the caller to stop
+//     trying, and log to the process's standard logger: in a process that
+//     serves several mounts, nobody could tell which mount's layers hold
+//     the fault.
+func (f *FS) errno(err error) syscall.Errno {
+	e, known := errnoOf(err)
+	if !known {
+		f.log.Printf("answered EIO: %v", err)
+	}
+	return e
+}
+
+// errnoOf is the errno err stands for, and false for an error that
+// carries none (answered EIO).
+func errnoOf(err error) (syscall.Errno, bool) {
 	if err == nil {
-		return 0
+		return 0, true
 	}
 	var e syscall.Errno
 	if errors.As(err, &e) {
-		return e
+		return e, true
 	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return syscall.ENOENT
+		return syscall.ENOENT, true
 	case errors.Is(err, fs.ErrExist):
-		return syscall.EEXIST
+		return syscall.EEXIST, true
 	case errors.Is(err, fs.ErrPermission):
-		return syscall.EPERM
+		return syscall.EPERM, true
 	case errors.Is(err, fs.ErrInvalid):
-		return syscall.EINVAL
+		return syscall.EINVAL, true
 	case errors.Is(err, fs.ErrClosed):
-		return syscall.EBADF
+		return syscall.EBADF, true
 	}
-	if l := errLog.Load(); l != nil {
-		l.Printf("answered EIO: %v", err)
-	} else {
-		log.Printf("goverlay: answered EIO: %v", err)
-	}
-	return syscall.EIO
+	return syscall.EIO, false
 }
-
-// errLog is the logger errno reports unknown errors to: that of the mount
-// this process serves (Mount sets it, Close clears it). goverlay serves
-// one mount per process; in a process with several (tests), the one
-// mounted last gets them.
-var errLog atomic.Pointer[log.Logger]

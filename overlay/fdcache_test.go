@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestSmallFDCache runs a walk, copy-ups, renames and a redirect through a
@@ -70,5 +72,56 @@ func TestSmallFDCache(t *testing.T) {
 	}
 	if n := f.caches.OpenDirFDs(); n > 2 {
 		t.Errorf("%d idle directory fds open, cache holds 2", n)
+	}
+}
+
+// TestFDBudget: a mount given an fd budget sizes its caches from it, not
+// from RLIMIT_NOFILE: a walk through more directories, and reads of more
+// files opened without a request, than its share allows keep no more of
+// either open than the share.
+func TestFDBudget(t *testing.T) {
+	const budget, dirFDs, fileFDs = 256, 64, 32
+	lo := t.TempDir()
+	for i := 0; i < 3*dirFDs; i++ {
+		write(t, fmt.Sprintf("%s/d%03d/f", lo, i), fmt.Sprint(i))
+	}
+	mnt, f := mountFS(t, Options{Lower: []string{lo}, Upper: t.TempDir(), Work: t.TempDir(), FDBudget: budget})
+	if !f.io.noOpen {
+		t.Fatalf("files open with a request (%s); the test reads through the ring of noopen.go", f.io.why)
+	}
+	for i := 0; i < 3*dirFDs; i++ {
+		if got, want := readFile(t, fmt.Sprintf("%s/d%03d/f", mnt, i)), fmt.Sprint(i); got != want {
+			t.Fatalf("d%03d/f: %q, want %q", i, got, want)
+		}
+	}
+	if n := f.caches.OpenDirFDs(); n > dirFDs {
+		t.Errorf("%d directory fds open with a budget of %d (a quarter for directories)", n, budget)
+	}
+	f.fds.mu.Lock()
+	ring := len(f.fds.nodes)
+	f.fds.mu.Unlock()
+	if ring != fileFDs {
+		t.Errorf("room for %d files' fds with a budget of %d, want an eighth: %d", ring, budget, fileFDs)
+	}
+}
+
+// TestRingSize: the ring of files opened without a request takes an eighth
+// of the budget, within 16 and 1,024; without a budget, as before, an
+// eighth of RLIMIT_NOFILE.
+func TestRingSize(t *testing.T) {
+	for _, c := range []struct{ budget, want int }{{1, 16}, {128, 16}, {800, 100}, {16 << 10, 1024}} {
+		if got := ringSize(c.budget); got != c.want {
+			t.Errorf("ringSize(%d) = %d, want %d", c.budget, got, c.want)
+		}
+	}
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ringSize(0), int(min(max(rl.Cur/8, 16), 1024)); got != want {
+		t.Errorf("ringSize(0) = %d, want %d (RLIMIT_NOFILE %d)", got, want, rl.Cur)
+	}
+	if _, err := New(Options{Lower: []string{t.TempDir()}, FDBudget: -1}); err == nil {
+		t.Error("New took a negative fd budget")
 	}
 }

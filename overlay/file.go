@@ -21,7 +21,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if write {
 		done, err := n.dataChangeStart()
 		if err != nil {
-			return nil, 0, errno(err)
+			return nil, 0, n.ofs.errno(err)
 		}
 		defer done()
 		kind := copyData
@@ -29,7 +29,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 			kind = copyNoData
 		}
 		if err := n.copyUp(ctx, kind); err != nil {
-			return nil, 0, errno(err)
+			return nil, 0, n.ofs.errno(err)
 		}
 	}
 	n.locMu.RLock()
@@ -69,7 +69,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		}
 	}
 	if err != nil {
-		return nil, 0, errno(err)
+		return nil, 0, n.ofs.errno(err)
 	}
 	h := newHandle(ctx, n, fd, upperFD, write)
 	if upperFD && !write && bflags&(unix.O_NOATIME|unix.O_DIRECT) == 0 {
@@ -107,7 +107,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	}
 	b, err := parent.Readlink(name)
 	if err != nil {
-		return nil, errno(err)
+		return nil, n.ofs.errno(err)
 	}
 	n.mu.Lock()
 	n.rareMadeLocked().target = b

@@ -110,7 +110,7 @@ func (h *handle) writeFD(ctx context.Context) (int, error) {
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	fd, err := h.current()
 	if err != nil {
-		return nil, errno(err)
+		return nil, h.n.ofs.errno(err)
 	}
 	// go-fuse preads from fd into the reply after we return (mount.go:
 	// no splice). fd stays open until Release, which the kernel sends
@@ -123,7 +123,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	fd, err := h.writeFD(ctx)
 	if err != nil {
-		return 0, errno(err)
+		return 0, h.n.ofs.errno(err)
 	}
 	var n int
 	if h.n.ofs.raw.seen(ctx).flags&flagCacheWrite == 0 {
@@ -133,7 +133,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		// (doc.go): asked before cacheWrite takes timesMu.
 		n, err = h.n.cacheWrite(ctx, fd, [][]byte{data}, off, h.n.strippable(fd))
 	}
-	return uint32(max(n, 0)), errno(err)
+	return uint32(max(n, 0)), h.n.ofs.errno(err)
 }
 
 // strippable reports whether a write by the daemon to fd, regular file n,
@@ -190,7 +190,7 @@ func mmapWrite(fd int, data []byte, off int64) (int, error) {
 func (h *handle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, syscall.Errno) {
 	fd, err := h.writeFD(ctx)
 	if err != nil {
-		return 0, errno(err)
+		return 0, h.n.ofs.errno(err)
 	}
 	var n int
 	if h.n.ofs.raw.seen(ctx).flags&flagCacheWrite == 0 {
@@ -198,7 +198,7 @@ func (h *handle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, 
 	} else {
 		n, err = h.n.cacheWrite(ctx, fd, data, off, h.n.strippable(fd))
 	}
-	return uint32(max(n, 0)), errno(err)
+	return uint32(max(n, 0)), h.n.ofs.errno(err)
 }
 
 // Release closes the fd.
@@ -215,7 +215,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		h.stale = -1
 	}
 	h.n.closed(h.kind)
-	return errno(err)
+	return h.n.ofs.errno(err)
 }
 
 // handleOpenFlags are the FOPEN_* flags of every regular file's open.
@@ -248,7 +248,7 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno { return syscall.ENOSY
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	fd, err := h.current()
 	if err != nil {
-		return errno(err)
+		return h.n.ofs.errno(err)
 	}
 	if flags&1 != 0 {
 		err = unix.Fdatasync(fd)
@@ -260,7 +260,7 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 		// after it reported a failed one (wberr.go).
 		h.n.wbReset()
 	}
-	return errno(err)
+	return h.n.ofs.errno(err)
 }
 
 // Lseek answers SEEK_DATA and SEEK_HOLE from the backing file, once it
@@ -271,21 +271,21 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 	}
 	fd, err := h.current()
 	if err != nil {
-		return 0, errno(err)
+		return 0, h.n.ofs.errno(err)
 	}
 	r, err := unix.Seek(fd, int64(off), int(whence))
-	return uint64(r), errno(err)
+	return uint64(r), h.n.ofs.errno(err)
 }
 
 // Allocate is fallocate(2).
 func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uint32) syscall.Errno {
 	fd, err := h.current()
 	if err != nil {
-		return errno(err)
+		return h.n.ofs.errno(err)
 	}
 	h.n.atimeStale()
 	// The kernel updates its own mtime, or none (FALLOC_FL_KEEP_SIZE).
-	return errno(h.n.keepMtime(fd, func() error { return unix.Fallocate(fd, mode, int64(off), int64(size)) }))
+	return h.n.ofs.errno(h.n.keepMtime(fd, func() error { return unix.Fallocate(fd, mode, int64(off), int64(size)) }))
 }
 
 // stat is fstat of the open file, with a lower file's owners as its

@@ -3,7 +3,7 @@ package overlay
 import "sync/atomic"
 
 // hooks stop a request at a point where a test of a race has another
-// request meet it. They are unset outside tests.
+// request meet it, or make it fail there. They are unset outside tests.
 type hooks struct {
 	// beforePublish runs when a file's copy-up has chosen its name in
 	// the upper layer and is about to build and publish its copy there.
@@ -14,6 +14,9 @@ type hooks struct {
 	// partedNotify runs before the notification that has the kernel
 	// look up again the name of a lower hard link its copy-up parted.
 	partedNotify hook
+	// lookup runs when a LOOKUP reaches a directory, before the name
+	// is looked for (guard_test.go makes it panic).
+	lookup hook
 }
 
 // hook is one of the hooks, called with the name the request works on.

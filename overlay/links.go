@@ -216,7 +216,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		return nil, syscall.EPERM
 	}
 	if err := t.copyUp(ctx, copyMeta); err != nil {
-		return nil, errno(err)
+		return nil, n.ofs.errno(err)
 	}
 	// A metacopy file's names must all find its data (Linux:
 	// ovl_link() → ovl_set_link_redirect()). Not undone if the link
@@ -233,11 +233,11 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	pd, err := n.upperDir(ctx)
 	if err != nil {
-		return nil, errno(err)
+		return nil, n.ofs.errno(err)
 	}
 	over, err := upper.Probe(pd, name)
 	if err != nil {
-		return nil, errno(err)
+		return nil, n.ofs.errno(err)
 	}
 	t.mu.Lock()
 	tmp, gone := t.tmp, t.orphan || t.orphanLower || t.unlinked
@@ -263,7 +263,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		t.locMu.RUnlock()
 	}
 	if err != nil {
-		return nil, errno(err)
+		return nil, n.ofs.errno(err)
 	}
 	if parted {
 		// The new name must show the upper file's identity, not this
@@ -274,7 +274,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	var st unix.Stat_t
 	if err := pd.StatOverride(name, &st); err != nil {
-		return nil, errno(err)
+		return nil, n.ofs.errno(err)
 	}
 	t.dataBlocks(&st)
 	t.fillAttr(&st, &out.Attr)

@@ -17,6 +17,7 @@ var _ = (fs.NodeLookuper)((*node)(nil))
 
 // Lookup resolves name across the layers (lower.Chain.Lookup).
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.ofs.hooks.lookup.run(name)
 	child, errno := n.lookup(ctx, name, out)
 	if errno == 0 && out.Attr.Mode&syscall.S_IFMT != syscall.S_IFDIR && n.skipped.Load() {
 		// Someone wants more of a listing than its names
@@ -57,7 +58,7 @@ func (n *node) lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		if errors.As(err, &me) {
 			n.ofs.warnMetacopy(name, me)
 		}
-		return nil, errno(err)
+		return nil, n.ofs.errno(err)
 	}
 	child := n.newChild(ctx, name, e)
 	c := child.Operations().(*node)
@@ -75,7 +76,7 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	var st unix.Statfs_t
 	err := n.ofs.layers[0].Root().Do(func(fd int) error { return unix.Fstatfs(fd, &st) })
 	if err != nil {
-		return errno(err)
+		return n.ofs.errno(err)
 	}
 	out.Blocks = st.Blocks
 	out.Bfree = st.Bfree

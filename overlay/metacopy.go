@@ -130,7 +130,7 @@ func (n *node) metacopyRedirect(absolute bool, undo *upper.Undo) (string, syscal
 		return "", syscall.EXDEV
 	}
 	if err != nil {
-		return "", errno(err)
+		return "", n.ofs.errno(err)
 	}
 	return path, 0
 }

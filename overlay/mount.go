@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +80,18 @@ type Options struct {
 	// Mask names kernel features to behave as if the kernel lacked
 	// (-o mask=, mask.go), so that their fallbacks run.
 	Mask Mask
+	// FDBudget is how many fds the mount's caches may keep open: the
+	// layers' directory fds take up to a quarter of it (at least 64, at
+	// most 65,536; lower.NewCachesBudget), the files opened without a
+	// request an eighth (at least 16, at most 1,024; noopen.go
+	// ringSize). 0 sizes them from what the process may open
+	// (RLIMIT_NOFILE) instead, which suits a process serving one mount;
+	// a process serving several gives each its share, or together they
+	// may run it out of fds (EMFILE). Not counted: the files
+	// applications hold open through the mount (with OpenRequests, one
+	// fd of the daemon's each, for as long as they do), and the mount's
+	// own few (the layers' roots, /dev/fuse).
+	FDBudget int
 
 	// FsName is the mount's source as /proc/mounts shows it.
 	FsName string
@@ -103,6 +114,19 @@ type Options struct {
 	// Logger receives warnings and decisions; nil means the standard
 	// logger.
 	Logger *log.Logger
+
+	// Recover keeps a panic of the mount's from ending the process, for
+	// a process that serves several mounts (guard.go). A panic while
+	// serving a request is answered EIO with or without it: go-fuse
+	// recovers it. With Recover, a panic in the mount's work outside a
+	// request (the goroutines it starts, its INIT and unmount
+	// callbacks, the runtime cleanups of its nodes) abandons that work
+	// instead of ending the process; without it, such a panic ends the
+	// process, as it always did. A panic recovered either way is logged
+	// on Logger with its value and stack, once, and counted
+	// (Stats.InternalErrors), and the mount goes on serving, but for
+	// what needs a lock the panicking code held.
+	Recover bool
 }
 
 // FS is an overlay ready to be mounted.
@@ -114,6 +138,8 @@ type FS struct {
 	log    *log.Logger
 	stats  stats
 	raw    *rawFS
+	// guard logs and counts the mount's panics (guard.go).
+	guard *guard
 	// statWalk is when, in Unix nanoseconds, READDIRPLUS stops giving
 	// the attributes of every entry (listattrs.go).
 	statWalk atomic.Int64
@@ -196,10 +222,15 @@ func New(o Options) (*FS, error) {
 	if (o.Upper == "") != (o.Work == "") {
 		return nil, fmt.Errorf("upperdir and workdir go together")
 	}
-	f := &FS{opts: o, log: o.Logger, caches: lower.NewCaches(), atime: atimeOf(o.KernelOptions)}
+	if o.FDBudget < 0 {
+		return nil, fmt.Errorf("fd budget %d: want 0 (from RLIMIT_NOFILE) or more", o.FDBudget)
+	}
+	f := &FS{opts: o, log: o.Logger, caches: lower.NewCachesBudget(o.FDBudget), atime: atimeOf(o.KernelOptions)}
+	f.fds.budget = o.FDBudget
 	if f.log == nil {
 		f.log = log.New(os.Stderr, "goverlay: ", 0)
 	}
+	f.guard = &guard{recover: o.Recover, log: f.log}
 	wfd := -1
 	if o.Upper != "" {
 		// The upper layer and its workdir, through one clone of their
@@ -284,7 +315,6 @@ func New(o Options) (*FS, error) {
 
 // Close releases the layers. It is called after the mount is gone.
 func (f *FS) Close() {
-	errLog.CompareAndSwap(f.log, nil)
 	if f.statsSock != nil {
 		f.statsSock.close()
 	}
@@ -305,19 +335,6 @@ func (f *FS) Close() {
 	}
 }
 
-// panicked answers a request whose handler panicked: go-fuse recovers
-// the panic and replies with what this returns. The daemon goes on
-// serving the other requests, so the panic is logged with its stack and
-// counted (`goverlay stats`: internal errors) rather than lost in an
-// EIO.
-func (f *FS) panicked(v any) fuse.Status {
-	f.stats.panics.Add(1)
-	buf := make([]byte, 64<<10)
-	buf = buf[:runtime.Stack(buf, false)]
-	f.log.Printf("internal error, request answered EIO: %v\n%s", v, buf)
-	return fuse.EIO
-}
-
 // ReadOnly reports whether the mount has no upper layer.
 func (f *FS) ReadOnly() bool { return f.upper == nil }
 
@@ -331,14 +348,13 @@ type FusermountError = fuseserve.FusermountError
 // Mount mounts the overlay on mountpoint and starts serving it. It returns
 // once the kernel has accepted the mount.
 func (f *FS) Mount(mountpoint string) (*Server, error) {
-	errLog.Store(f.log)
 	// The control socket is named after the mountpoint's path, resolved
 	// before the mount is on it.
 	resolved := resolveMountpoint(mountpoint)
 	root := f.newRoot()
 	f.root = root
 	opts := f.fsOptions()
-	f.raw = &rawFS{RawFileSystem: fs.NewNodeFS(root, opts), stats: &f.stats, noOpen: f.io.noOpen,
+	f.raw = &rawFS{RawFileSystem: fs.NewNodeFS(root, opts), stats: &f.stats, guard: f.guard, noOpen: f.io.noOpen,
 		listEvery: f.atime.Mode == lower.Strictatime && !f.atime.NoDirs,
 		mask:      maskedReplies(f.opts.Mask)}
 	uring := !f.opts.NoUring && !f.opts.Mask.has(featUring)
@@ -382,7 +398,11 @@ func (f *FS) fsOptions() *fs.Options {
 	mo.Debug = f.opts.Debug
 	mo.AllowOther = f.opts.AllowOther
 	mo.Logger = f.log
-	mo.PanicHandler = f.panicked
+	// go-fuse recovers a request's panic and answers with what this
+	// returns. The daemon goes on serving the other requests, so the
+	// panic is logged with its stack and counted (`goverlay stats`:
+	// internal errors) rather than lost in an EIO (guard.go).
+	mo.PanicHandler = f.guard.panicked
 	// The kernel checks permissions against the modes we report, as it
 	// does for a local filesystem; we never check them ourselves. With
 	// FUSE_POSIX_ACL it enforces ACLs too (the kernel overlay does).

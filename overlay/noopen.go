@@ -76,16 +76,23 @@ type fdRing struct {
 	mu    sync.Mutex
 	nodes []*node
 	next  int
+	// budget is the mount's fd budget (Options.FDBudget), 0 for none.
+	budget int
 }
 
-// ringSize is the size of a mount's fdRing: 1,024, or an eighth of what
-// the process may open (RLIMIT_NOFILE) where that is less; the layers'
-// directory fds take up to a quarter (lower/fdcache.go).
-func ringSize() int {
+// ringSize is the size of a mount's fdRing: 1,024, or an eighth of the
+// mount's fd budget where that is less, or without one of what the
+// process may open (RLIMIT_NOFILE), read when the ring is first used; the
+// layers' directory fds take up to a quarter (lower/fdcache.go).
+func ringSize(budget int) int {
 	n := 1024
+	limit := uint64(max(budget, 0))
 	var rl unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && rl.Cur > 0 {
-		n = int(min(max(rl.Cur/8, 16), uint64(n)))
+	if limit == 0 && unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil {
+		limit = rl.Cur
+	}
+	if limit > 0 {
+		n = int(min(max(limit/8, 16), uint64(n)))
 	}
 	return n
 }
@@ -96,7 +103,7 @@ func (r *fdRing) add(n *node) *node {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.nodes == nil {
-		r.nodes = make([]*node, ringSize())
+		r.nodes = make([]*node, ringSize(r.budget))
 	}
 	old := r.nodes[r.next]
 	r.nodes[r.next] = n
@@ -233,12 +240,12 @@ func (n *node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64
 	}
 	c, err := n.dataFD(ctx, false)
 	if err != nil {
-		return nil, errno(err)
+		return nil, n.ofs.errno(err)
 	}
 	defer n.putFD(c, false)
 	k, err := unix.Pread(c.fd, dest, off)
 	if err != nil {
-		return nil, errno(err)
+		return nil, n.ofs.errno(err)
 	}
 	return fuse.ReadResultData(dest[:k]), 0
 }
@@ -252,7 +259,7 @@ func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int6
 	c, err := n.dataFD(ctx, true)
 	if err != nil {
 		n.writeFailed(ctx, off, err)
-		return 0, errno(err)
+		return 0, n.ofs.errno(err)
 	}
 	defer n.putFD(c, false)
 	return n.handleOf(c).Write(ctx, data, off)
@@ -266,7 +273,7 @@ func (n *node) Writev(ctx context.Context, f fs.FileHandle, data [][]byte, off i
 	c, err := n.dataFD(ctx, true)
 	if err != nil {
 		n.writeFailed(ctx, off, err)
-		return 0, errno(err)
+		return 0, n.ofs.errno(err)
 	}
 	defer n.putFD(c, false)
 	return n.handleOf(c).Writev(ctx, data, off)
@@ -293,7 +300,7 @@ func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall
 	}
 	fd, err := par.Open(name, unix.O_RDONLY)
 	if err != nil {
-		return errno(err)
+		return n.ofs.errno(err)
 	}
 	defer unix.Close(fd)
 	return n.handleOf(&nodeFD{fd: fd, upper: true}).Fsync(ctx, flags)
@@ -306,7 +313,7 @@ func (n *node) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size u
 	}
 	c, err := n.dataFD(ctx, true)
 	if err != nil {
-		return errno(err)
+		return n.ofs.errno(err)
 	}
 	defer n.putFD(c, false)
 	return n.handleOf(c).Allocate(ctx, off, size, mode)
@@ -320,11 +327,11 @@ func (n *node) Lseek(ctx context.Context, f fs.FileHandle, off uint64, whence ui
 	n.seekFlush(off)
 	c, err := n.dataFD(ctx, false)
 	if err != nil {
-		return 0, errno(err)
+		return 0, n.ofs.errno(err)
 	}
 	defer n.putFD(c, false)
 	r, err := unix.Seek(c.fd, int64(off), int(whence))
-	return uint64(r), errno(err)
+	return uint64(r), n.ofs.errno(err)
 }
 
 // heldLocked reports whether n may be open: it has open handles, or, on

@@ -42,7 +42,7 @@ func mountFS(t testing.TB, o Options) (string, *FS) {
 	}
 	// Registered first, so it runs after the unmount below.
 	t.Cleanup(func() {
-		if n := f.stats.panics.Load(); n > 0 {
+		if n := f.guard.panics.Load(); n > 0 {
 			t.Errorf("%d requests panicked in the daemon (logged above)", n)
 		}
 	})

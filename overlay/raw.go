@@ -21,6 +21,9 @@ type rawFS struct {
 	fuse.RawFileSystem
 	// stats counts opens by the I/O mode the kernel was given.
 	stats *stats
+	// guard is the mount's (guard.go), for what go-fuse calls outside
+	// its dispatch of requests.
+	guard *guard
 	marks sync.Map // <-chan struct{} → reqMark
 	// opens holds, for each OPEN and CREATE in flight, the handle the
 	// node opened, whose I/O mode sets the reply's flags and backing
@@ -189,10 +192,21 @@ func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, o
 	return st
 }
 
-// Init keeps the server, which registers backing files.
+// Init keeps the server, which registers backing files. go-fuse calls it
+// once INIT is answered, outside the recover of its dispatch
+// (fuse.Server.handleInit).
 func (r *rawFS) Init(srv *fuse.Server) {
+	defer r.guard.recovered("INIT's setup")
 	r.server.Store(srv)
 	r.RawFileSystem.Init(srv)
+}
+
+// OnUnmount is the bridge's, which has the root node forget its
+// directories (node.OnForget); go-fuse calls it once it has served the
+// last request, outside the recover of its dispatch (fuse.Server.Serve).
+func (r *rawFS) OnUnmount() {
+	defer r.guard.recovered("the unmount's cleanup")
+	r.RawFileSystem.OnUnmount()
 }
 
 // opening makes the slot where the node's Open or Create of the request

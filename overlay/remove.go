@@ -76,7 +76,7 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errn
 		n.mu.Unlock()
 		e, err := chain.Lookup(name, n.ofs.layers)
 		if err != nil {
-			return errno(err)
+			return n.ofs.errno(err)
 		}
 		defer e.Close()
 		if e.IsDir() != isDir {
@@ -87,18 +87,18 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errn
 		}
 		if isDir {
 			if err := checkEmpty(e.Chain); err != nil {
-				return errno(err)
+				return n.ofs.errno(err)
 			}
 		}
 		upperFile, dirID = e.Parent.Layer.Upper, devIno{e.Stat.Dev, e.Stat.Ino}
 	}
 	below, err := n.inLower(name)
 	if err != nil {
-		return errno(err)
+		return n.ofs.errno(err)
 	}
 	pd, err := n.upperDir(ctx)
 	if err != nil {
-		return errno(err)
+		return n.ofs.errno(err)
 	}
 	var keep string
 	if child != nil {
@@ -116,7 +116,7 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) syscall.Errn
 		err = n.ofs.upper.Whiteout(pd, name)
 	}
 	if err != nil {
-		return errno(err)
+		return n.ofs.errno(err)
 	}
 	if child != nil {
 		// Its other names, if any, go on.
@@ -160,7 +160,7 @@ func (n *node) rmdirMadeHere(ctx context.Context, name string) (done bool, _ sys
 	}
 	pd, err := n.upperDir(ctx)
 	if err != nil {
-		return true, errno(err)
+		return true, n.ofs.errno(err)
 	}
 	var st unix.Stat_t
 	if err := top.StatSelf(&st); err != nil {
@@ -171,7 +171,7 @@ func (n *node) rmdirMadeHere(ctx context.Context, name string) (done bool, _ sys
 		// upper filesystem takes no xattr): the general path tells.
 		return false, 0
 	} else if err != nil {
-		return true, errno(err)
+		return true, n.ofs.errno(err)
 	}
 	// Its kept identity, if it was moved, is no longer needed.
 	n.ofs.keptIDs.Delete(devIno{st.Dev, st.Ino})

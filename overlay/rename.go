@@ -48,7 +48,7 @@ func (n *node) prepareMove(ctx context.Context, samedir bool, undo *upper.Undo) 
 	m := move{c: n}
 	if !n.isDir() {
 		if err := n.copyUp(ctx, copyMeta); err != nil {
-			return m, errno(err)
+			return m, n.ofs.errno(err)
 		}
 		// A metacopy file moves with a redirect to its data.
 		var e syscall.Errno
@@ -77,7 +77,7 @@ func (n *node) prepareMove(ctx context.Context, samedir bool, undo *upper.Undo) 
 	}
 	d, err := n.upperDir(ctx)
 	if err != nil {
-		return m, errno(err)
+		return m, n.ofs.errno(err)
 	}
 	if err := n.ofs.upper.SetRedirect(d, path, undo); err != nil {
 		// Where the upper refuses the xattr, the kernel answers EXDEV
@@ -89,7 +89,7 @@ func (n *node) prepareMove(ctx context.Context, samedir bool, undo *upper.Undo) 
 		if errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.EPERM) {
 			return m, syscall.EXDEV
 		}
-		return m, errno(err)
+		return m, n.ofs.errno(err)
 	}
 	m.lowers, m.redirect = true, path
 	return m, 0
@@ -174,7 +174,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	dstE, err := nchain.Lookup(newName, n.ofs.layers)
 	dstExists := err == nil
 	if err != nil && !errors.Is(err, syscall.ENOENT) {
-		return errno(err)
+		return n.ofs.errno(err)
 	}
 	if dstExists {
 		defer dstE.Close()
@@ -206,7 +206,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		}
 	} else if dstExists && dstE.IsDir() {
 		if err := checkEmpty(dstE.Chain); err != nil {
-			return errno(err)
+			return n.ofs.errno(err)
 		}
 	}
 	srcMove, e := src.prepareMove(ctx, n == np, &undo)
@@ -215,11 +215,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	sd, err := n.upperDir(ctx)
 	if err != nil {
-		return errno(err)
+		return n.ofs.errno(err)
 	}
 	dd, err := np.upperDir(ctx)
 	if err != nil {
-		return errno(err)
+		return n.ofs.errno(err)
 	}
 	// A file renamed over is not copied up while the rename looks at the
 	// target and replaces it, as with unlink (remove): a copy-up that had
@@ -242,7 +242,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	opaque := false
 	if src.isDir() && !srcMove.lowers {
 		if opaque, err = np.landsOpaque(newName); err != nil {
-			return errno(err)
+			return n.ofs.errno(err)
 		}
 	}
 	var whiteout bool
@@ -252,17 +252,17 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			// The other way round, the same rule as for src above.
 			dopaque, err := n.landsOpaque(name)
 			if err != nil {
-				return errno(err)
+				return n.ofs.errno(err)
 			}
 			if dopaque {
 				if err := n.ofs.upper.MarkOpaque(dd, newName, &undo); err != nil {
-					return errno(err)
+					return n.ofs.errno(err)
 				}
 			}
 		}
 	} else {
 		if whiteout, err = n.inLower(name); err != nil {
-			return errno(err)
+			return n.ofs.errno(err)
 		}
 		if over, err = upper.Probe(dd, newName); errors.Is(err, unix.EEXIST) {
 			over = upper.OverNothing
@@ -273,11 +273,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 				// same as the emptied one did (the kernel's
 				// ovl_clear_empty() does the same before its rename).
 				if err := n.ofs.upper.EmptyDir(dd, newName); err != nil {
-					return errno(err)
+					return n.ofs.errno(err)
 				}
 			}
 		} else if err != nil {
-			return errno(err)
+			return n.ofs.errno(err)
 		}
 	}
 	// The nodes whose names change: no syscall may use a name of theirs
@@ -288,7 +288,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	ro := upper.RenameOptions{Flags: uint(flags), Whiteout: whiteout, Over: over, Opaque: opaque}
 	if err := n.ofs.upper.Rename(sd, name, dd, newName, ro, &undo); err != nil {
 		replaced.dropKept(keep)
-		return errno(err)
+		return n.ofs.errno(err)
 	}
 	srcMove.commit()
 	if dst != nil {

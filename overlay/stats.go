@@ -17,6 +17,4 @@ type stats struct {
 	prefetches atomic.Uint64
 	// directories instantiated, by their fast-exec bit
 	fastExecDirs, restrictedDirs atomic.Uint64
-	// requests whose handler panicked (answered EIO: FS.panicked)
-	panics atomic.Uint64
 }

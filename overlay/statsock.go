@@ -110,7 +110,9 @@ type Stats struct {
 
 	// InternalErrors counts requests whose handler failed a consistency
 	// check of goverlay's or go-fuse's (a panic): each was answered EIO
-	// and logged with its stack. Anything but 0 is a bug to report.
+	// and logged with its stack. With Options.Recover it counts too the
+	// work outside a request abandoned so (guard.go). Anything but 0 is
+	// a bug to report.
 	InternalErrors uint64 `json:"internal_errors"`
 }
 
@@ -160,7 +162,7 @@ func (f *FS) Stats() Stats {
 		FastExecDirs:      f.stats.fastExecDirs.Load(),
 		RestrictedDirs:    f.stats.restrictedDirs.Load(),
 		ListingEntries:    f.caches.CachedListingEntries(),
-		InternalErrors:    f.stats.panics.Load(),
+		InternalErrors:    f.guard.panics.Load(),
 	}
 	s.FuseProtocol = f.protocolReport()
 	s.KernelFeatures = f.featureReport()
@@ -395,22 +397,29 @@ func (f *FS) serveStats(mountpoint string, pid int) (*statsServer, error) {
 			if err != nil {
 				return
 			}
-			if cred, err := peerCred(c); err != nil || (cred.Uid != 0 && int(cred.Uid) != uid) {
-				if f.opts.Debug {
-					f.log.Printf("stats socket: closed a connection of %v without an answer (%v): only root and uid %d are answered", cred, err, uid)
-				}
-				c.Close()
-				continue
-			}
-			st := f.Stats()
-			st.Mountpoint, st.PID = mountpoint, pid
-			st.Lower, st.Upper = f.opts.Lower, f.opts.Upper
-			c.SetWriteDeadline(time.Now().Add(statsIOTimeout))
-			json.NewEncoder(c).Encode(st)
-			c.Close()
+			f.answerStats(c, uid, mountpoint, pid)
 		}
 	}()
 	return s, nil
+}
+
+// answerStats answers one connection to the stats socket, and closes it.
+// With Options.Recover a panic abandons this answer alone: the socket goes
+// on answering.
+func (f *FS) answerStats(c *net.UnixConn, uid int, mountpoint string, pid int) {
+	defer f.guard.recovered("an answer on the stats socket")
+	defer c.Close()
+	if cred, err := peerCred(c); err != nil || (cred.Uid != 0 && int(cred.Uid) != uid) {
+		if f.opts.Debug {
+			f.log.Printf("stats socket: closed a connection of %v without an answer (%v): only root and uid %d are answered", cred, err, uid)
+		}
+		return
+	}
+	st := f.Stats()
+	st.Mountpoint, st.PID = mountpoint, pid
+	st.Lower, st.Upper = f.opts.Lower, f.opts.Upper
+	c.SetWriteDeadline(time.Now().Add(statsIOTimeout))
+	json.NewEncoder(c).Encode(st)
 }
 
 // listen binds the socket under a name of its own and renames it over

@@ -27,24 +27,24 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	// directory must be in the upper layer for it to be linked there.
 	pd, err := n.upperDir(ctx)
 	if err != nil {
-		return nil, nil, 0, errno(err)
+		return nil, nil, 0, n.ofs.errno(err)
 	}
 	o := upper.Object{Mode: mode&07777 | unix.S_IFREG, Flags: n.ofs.createFlags(flags)}
 	o.Uid, o.Gid, o.Mode = n.owner(ctx, o.Mode)
 	// Its ACL too: the kernel overlay gives an O_TMPFILE file what it
 	// gives a created one.
 	if err := n.inherit(ctx, pd, &o); err != nil {
-		return nil, nil, 0, errno(err)
+		return nil, nil, 0, n.ofs.errno(err)
 	}
 	name, fd, err := n.ofs.upper.CreateTemp(o)
 	if err != nil {
-		return nil, nil, 0, errno(err)
+		return nil, nil, 0, n.ofs.errno(err)
 	}
 	e := &lower.Entry{Parent: lower.Member{Dir: n.ofs.upper.Work}}
 	if err := unix.Fstat(fd, &e.Stat); err != nil {
 		unix.Close(fd)
 		n.ofs.upper.RemoveTemp(name)
-		return nil, nil, 0, errno(err)
+		return nil, nil, 0, n.ofs.errno(err)
 	}
 	n.ofs.upper.Work.ApplyOverride(name, &e.Stat)
 	c := &node{ofs: n.ofs, link0: link{e.Parent, name}, tmp: true}

@@ -260,12 +260,12 @@ func (n *node) wbReset() {
 // inode.
 func (n *node) dropUnwritten() {
 	done := make(chan struct{})
-	go func() {
+	go n.ofs.guard.guarded("the notification of an unwritten file", func() {
 		defer close(done)
 		if name, p := n.Parent(); p != nil {
 			p.NotifyEntry(name)
 		}
-	}()
+	})()
 	select {
 	case <-done:
 	case <-time.After(wbEntryWait):
@@ -317,10 +317,10 @@ const seekFlushWait = 5 * time.Second
 // own, and need none of this.
 func (n *node) seekFlush(off uint64) {
 	done := make(chan struct{})
-	go func() {
+	go n.ofs.guard.guarded("a seek's flush", func() {
 		defer close(done)
 		n.NotifyContent(int64(off)&^int64(pageSize-1), 0)
-	}()
+	})()
 	select {
 	case <-done:
 	case <-time.After(seekFlushWait):

@@ -49,7 +49,7 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 		v, err = n.ofs.opts.Owners.aclShown(v)
 	}
 	if err != nil {
-		return 0, errno(err)
+		return 0, n.ofs.errno(err)
 	}
 	if len(dest) < len(v) {
 		return uint32(len(v)), syscall.ERANGE
@@ -69,7 +69,7 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 	d, name := n.xattrTarget()
 	names, err := d.Listxattr(name)
 	if err != nil {
-		return 0, errno(err)
+		return 0, n.ofs.errno(err)
 	}
 	root := true
 	if c, ok := fuse.FromContext(ctx); ok {
@@ -100,16 +100,16 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if isACLXattr(attr) && n.ofs.opts.Owners.mapsIDs() {
 		var err error
 		if data, err = n.ofs.opts.Owners.aclOnDisk(data); err != nil {
-			return errno(err)
+			return n.ofs.errno(err)
 		}
 	}
 	blocks := n.blocksBefore(attr)
 	d, _, err := n.toUpper(ctx, copyMeta)
 	if err != nil {
-		return errno(err)
+		return n.ofs.errno(err)
 	}
 	e := n.withUpperName(d, func(d *lower.Dir, name string) syscall.Errno {
-		return errno(upper.Setxattr(d, name, attr, data, int(flags)))
+		return n.ofs.errno(upper.Setxattr(d, name, attr, data, int(flags)))
 	})
 	n.xattrChanged(attr, blocks)
 	return e
@@ -129,10 +129,10 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	blocks := n.blocksBefore(attr)
 	d, _, err := n.toUpper(ctx, copyMeta)
 	if err != nil {
-		return errno(err)
+		return n.ofs.errno(err)
 	}
 	e := n.withUpperName(d, func(d *lower.Dir, name string) syscall.Errno {
-		return errno(upper.Removexattr(d, name, attr))
+		return n.ofs.errno(upper.Removexattr(d, name, attr))
 	})
 	n.xattrChanged(attr, blocks)
 	return e
