@@ -127,6 +127,11 @@ type Options struct {
 	// (Stats.InternalErrors), and the mount goes on serving, but for
 	// what needs a lock the panicking code held.
 	Recover bool
+	// Shared says the process serves other mounts too (goverlay -o
+	// daemon=shared): the transport leaves GOMAXPROCS alone
+	// (fuseserve.Options.Shared). Such a process also wants Recover and
+	// an FDBudget.
+	Shared bool
 }
 
 // FS is an overlay ready to be mounted.
@@ -358,7 +363,7 @@ func (f *FS) Mount(mountpoint string) (*Server, error) {
 		listEvery: f.atime.Mode == lower.Strictatime && !f.atime.NoDirs,
 		mask:      maskedReplies(f.opts.Mask)}
 	uring := !f.opts.NoUring && !f.opts.Mask.has(featUring)
-	srv, err := fuseserve.Mount(f.raw, mountpoint, &opts.MountOptions, fuseserve.Options{Uring: uring, Logger: f.log})
+	srv, err := fuseserve.Mount(f.raw, mountpoint, &opts.MountOptions, fuseserve.Options{Uring: uring, Logger: f.log, Shared: f.opts.Shared})
 	if err != nil {
 		return nil, err
 	}

@@ -234,6 +234,8 @@ type server struct {
 	uid  int
 	// sock is the socket file's stat when the server started.
 	sock unix.Stat_t
+	// fdBudget is each mount's share of the fds (serverFDBudget).
+	fdBudget int
 
 	mu sync.Mutex
 	// active counts the requests being answered and the mounts being
@@ -278,7 +280,7 @@ func runServer(args []string, stderr io.Writer) int {
 	// The socket is removed by exit(), under the lock; not by Close.
 	ul.SetUnlinkOnClose(false)
 	s := &server{ln: ul, dir: os.NewFile(serverDirFD, "runtime-dir"), name: name, uid: os.Geteuid(),
-		mounts: map[chan os.Signal]struct{}{}}
+		mounts: map[chan os.Signal]struct{}{}, fdBudget: serverFDBudget()}
 	// The command that started us bound the socket and holds the lock
 	// until it has connected: the file there now is ours.
 	unix.Fstatat(serverDirFD, name+".sock", &s.sock, unix.AT_SYMLINK_NOFOLLOW)
@@ -482,7 +484,24 @@ func (s *server) handle(c *net.UnixConn) {
 		logger.Printf("mounting: %v", cfg)
 	}
 	opts := overlayOptions(cfg, geteuid(), logger)
+	opts.Shared, opts.Recover, opts.FDBudget = true, true, s.fdBudget
 	serveMount(cfg, opts, logger, logFile, rep, sigs)
+}
+
+// serverMounts is how many busy mounts a server's fds are planned for.
+const serverMounts = 64
+
+// serverFDBudget is each mount's share of the server's fds: the caches
+// that hold fds across requests size themselves from it
+// (overlay.Options.FDBudget) as a lone daemon's do from RLIMIT_NOFILE,
+// which Go has raised to its hard limit. They are caches: a mount beyond
+// the 64th shrinks no one's, and they only fill with use.
+func serverFDBudget() int {
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) != nil || rl.Cur == 0 {
+		return 1024
+	}
+	return int(max(rl.Cur/serverMounts, 256))
 }
 
 // peerCredOf is the SO_PEERCRED of c's peer.

@@ -112,7 +112,7 @@ func statsRows(s overlay.Stats) []statsRow {
 		{"names_asked_of_layers", n(s.LayerProbes), "names a lookup asked a layer's filesystem for"},
 		{"listings_read", n(s.ListingsRead), "lower directories read into the listing cache"},
 		{"listing_entries", strconv.Itoa(s.ListingEntries), "entries the listing cache holds now"},
-		{"internal_errors", n(s.InternalErrors), "requests answered EIO because a consistency check failed (logged with a stack): a bug to report"},
+		{"internal_errors", n(s.InternalErrors), "requests answered EIO, and in a shared server work outside a request abandoned, because a consistency check failed or the code panicked (logged with a stack): a bug to report"},
 	}...)
 }
 
