@@ -1,9 +1,12 @@
 package cli_test
 
 import (
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -83,7 +86,7 @@ func serverSockets(t *testing.T) []string {
 func TestSharedDaemon(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.LeakCheck(t)
-	socketsBefore := len(serverSockets(t))
+	socketsBefore := serverSockets(t)
 
 	ms := []sharedMount{newSharedMount(t, "one"), newSharedMount(t, "two"), newSharedMount(t, "three")}
 	for _, m := range ms {
@@ -126,6 +129,29 @@ func TestSharedDaemon(t *testing.T) {
 		if data, err := os.ReadFile(filepath.Join(m.upper, "new")); err != nil || string(data) != strconv.Itoa(i) {
 			t.Errorf("%s/new: %q, %v; want %q", m.upper, data, err, strconv.Itoa(i))
 		}
+	}
+
+	// A request that is not one is answered with a failure; the server
+	// serves on.
+	var sock string
+	for _, name := range serverSockets(t) {
+		if !slices.Contains(socketsBefore, name) {
+			sock = filepath.Join("/run/goverlay", name)
+		}
+	}
+	if sock == "" {
+		t.Fatalf("no new server socket in /run/goverlay")
+	}
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatalf("connect to the server's socket: %v", err)
+	}
+	c.Write([]byte("not a request\n"))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	reply, _ := io.ReadAll(c)
+	c.Close()
+	if !strings.HasPrefix(string(reply), "fail ") {
+		t.Errorf("the server answered a malformed request with %q, want a failure", reply)
 	}
 
 	// A mount the server refuses: the command says why, nothing is
@@ -185,8 +211,8 @@ func TestSharedDaemon(t *testing.T) {
 			t.Errorf("%s is still mounted after the server's SIGTERM", m.mnt)
 		}
 	}
-	if n := len(serverSockets(t)); n > socketsBefore {
-		t.Errorf("the server's socket is left in /run/goverlay (%d sockets, %d before)", n, socketsBefore)
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("the server's socket %s is left behind (%v)", sock, err)
 	}
 
 	// The next mount starts a new server, which exits with its only
