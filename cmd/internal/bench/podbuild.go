@@ -484,9 +484,11 @@ func (p *podmanStore) reset() error {
 	defer cancel()
 	var errs []error
 	_, err := p.run(ctx, podmanDeadline, "system", "reset", "--force")
-	if err != nil && strings.Contains(err.Error(), "creating locker directory") {
+	if err != nil {
 		// podman 4.3's event logger races the reset that removes its
-		// directory: a second reset finds nothing of it.
+		// directory ("creating locker directory", "unlinkat
+		// .../events: directory not empty"): a second reset finds
+		// nothing of it.
 		_, err = p.run(ctx, podmanDeadline, "system", "reset", "--force")
 	}
 	if err != nil {
