@@ -199,7 +199,7 @@ func (b *bencher) podmanBuild(ctx context.Context, inst *instance) (total time.D
 			err = fmt.Errorf("after the build: %w", cerr)
 		}
 	}()
-	p, err := b.newStore(inst, &cl)
+	p, err := b.newStore(ctx, inst, &cl)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -251,7 +251,7 @@ func firstDiff(want, got string) string {
 // directories. Its undo steps on cl reset the store with podman, end
 // what podman left running (the rootless pause process, mount program
 // daemons, conmon), detach what is still mounted and remove it.
-func (b *bencher) newStore(inst *instance, cl *cleanups) (*podmanStore, error) {
+func (b *bencher) newStore(ctx context.Context, inst *instance, cl *cleanups) (*podmanStore, error) {
 	t := inst.def
 	p := &podmanStore{dir: filepath.Join(b.root, "podman-"+filepath.Base(inst.dir)), name: t.name}
 	// Podman refuses a runroot longer than 50 characters.
@@ -328,7 +328,7 @@ func (b *bencher) newStore(inst *instance, cl *cleanups) (*podmanStore, error) {
 	cl.push(p.reset)
 	// podman info says which storage podman took: containers/storage
 	// would take fuse-overlayfs from PATH for a rootless user by itself.
-	info, err := p.run(context.Background(), podmanDeadline, "info", "--format",
+	info, err := p.run(ctx, podmanDeadline, "info", "--format",
 		`{{.Store.GraphDriverName}} {{.Store.GraphRoot}} {{.Store.RunRoot}} mount_program={{with index .Store.GraphOptions "overlay.mount_program"}}{{.Executable}}{{end}} mountopt={{with index .Store.GraphOptions "overlay.mountopt"}}{{.}}{{end}}`)
 	if err != nil {
 		return nil, err
@@ -419,7 +419,7 @@ func (p *podmanStore) run(ctx context.Context, limit time.Duration, args ...stri
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return string(out), fmt.Errorf("podman %s on %s: %v: %s", args[0], p.name, err, abbrev(oneLine(stderr.String()), 600))
+		return string(out), fmt.Errorf("podman %s on %s: %v: %s", abbrev(strings.Join(args, " "), 60), p.name, err, abbrev(oneLine(stderr.String()), 600))
 	}
 	return string(out), nil
 }
@@ -444,25 +444,36 @@ func (p *podmanStore) build(ctx context.Context, dir string) (time.Duration, map
 	var events []stepEvent
 	var tail []string
 	last := start
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		now := time.Now()
-		line := sc.Text()
-		if n, m, text, ok := parseStepLine(line); ok {
-			events = append(events, stepEvent{n: n, m: m, text: text, at: now})
-		}
-		if strings.TrimSpace(line) != "" {
-			last = now
-			tail = append(tail, line)
-			if len(tail) > 5 {
-				tail = tail[1:]
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			now := time.Now()
+			line := sc.Text()
+			if n, m, text, ok := parseStepLine(line); ok {
+				events = append(events, stepEvent{n: n, m: m, text: text, at: now})
+			}
+			if strings.TrimSpace(line) != "" {
+				last = now
+				tail = append(tail, line)
+				if len(tail) > 5 {
+					tail = tail[1:]
+				}
 			}
 		}
-	}
-	r.Close()
+	}()
 	err = cmd.Wait()
 	total := time.Since(start)
+	// A process podman left running (a daemon) may hold the pipe: what
+	// it has not written a few seconds after podman's exit is not read.
+	select {
+	case <-read:
+	case <-time.After(5 * time.Second):
+	}
+	r.Close()
+	<-read
 	if err != nil {
 		if ctx.Err() == context.DeadlineExceeded {
 			err = fmt.Errorf("no end within %v", buildDeadline)
