@@ -1,162 +1,35 @@
 package containers_test
 
 import (
-	"crypto/md5"
-	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/goverlay/goverlay/tests/containers/buildspec"
 	"github.com/goverlay/goverlay/tests/testutil"
 )
 
-// containerfile is what TestPodmanBuild and BenchmarkPodmanBuild build
-// FROM the test image: 2,000 new files; chown -R and chmod -R of trees of
-// the image; a rename and a deletion of image directories and files; a
-// .deb installed with busybox's dpkg.
-const containerfile = `FROM localhost/bb
-RUN mkdir /gen && cd /gen && for d in $(seq 1 20); do mkdir d$d; for f in $(seq 1 100); do echo "$d/$f" > d$d/f$f; done; done
-RUN chown -R 1000:1000 /usr/share/doc && chmod -R go-rwx /usr/share/zoneinfo
-RUN mv /usr/share/man /usr/share/man.moved && rm -rf /usr/share/locale && rm /data/delete.txt && mv /data/dir /data/dir.moved
-COPY gvhello.deb /tmp/
-RUN mkdir -p /var/lib/dpkg/info && touch /var/lib/dpkg/status && dpkg -i /tmp/gvhello.deb && rm /tmp/gvhello.deb
-`
-
-// checkBuildSh, in the image, prints the built image's state without
-// timestamps or inode numbers.
-const checkBuildSh = `cd /gen
-echo "gen: $(find . -type f | wc -l) files in $(find . -mindepth 1 -type d | wc -l) directories, md5 $(find . -type f | sort | xargs cat | md5sum | cut -c1-32)"
-for t in /usr/share/doc /usr/share/zoneinfo; do
-	echo "$t:"
-	find $t | xargs stat -c '%u:%g %a %F' | sort | uniq -c
-done
-ls /usr/share
-echo "man.moved: $(find /usr/share/man.moved -type f | wc -l) files"
-cat /usr/share/man.moved/man3/f2.1
-ls -d /usr/share/man /usr/share/locale /data/delete.txt /data/dir 2>&1
-ls -R /data/dir.moved
-gvhello
-cat /etc/gvhello.conf /etc/gvhello.state
-stat -c '%n %a %u:%g' /usr/bin/gvhello /etc/gvhello.conf /usr/share/doc/gvhello/copyright
-dpkg -l | grep gvhello
-ls -a /tmp
-`
-
-const wantBuildCheck = `gen: 2000 files in 20 directories, md5 %s
-/usr/share/doc:
-      1 0:0 644 regular file
-      2 0:0 755 directory
-    200 1000:1000 644 regular file
-     50 1000:1000 755 directory
-/usr/share/zoneinfo:
-    200 0:0 600 regular file
-     21 0:0 700 directory
-doc
-man.moved
-zoneinfo
-man.moved: 200 files
-m 3 2
-ls: /usr/share/man: No such file or directory
-ls: /usr/share/locale: No such file or directory
-ls: /data/delete.txt: No such file or directory
-ls: /data/dir: No such file or directory
-/data/dir.moved:
-sub
-top.txt
-
-/data/dir.moved/sub:
-deep.txt
-hello from gvhello
-greeting=hello
-configured
-/usr/bin/gvhello 755 0:0
-/etc/gvhello.conf 644 0:0
-/usr/share/doc/gvhello/copyright 644 0:0
-ii  gvhello        1.0
-.
-..
-`
-
-// genMD5 is the md5 of /gen's files (dirs directories of 100) concatenated
-// in sorted path order, as checkBuildSh computes it.
-func genMD5(dirs int) string {
-	var names []string
-	for d := 1; d <= dirs; d++ {
-		for f := 1; f <= 100; f++ {
-			names = append(names, fmt.Sprintf("./d%d/f%d", d, f))
-		}
-	}
-	sort.Strings(names)
-	var b strings.Builder
-	for _, n := range names {
-		var d, f int
-		fmt.Sscanf(n, "./d%d/f%d", &d, &f)
-		fmt.Fprintf(&b, "%d/%d\n", d, f)
-	}
-	return fmt.Sprintf("%x", md5.Sum([]byte(b.String())))
-}
-
-// buildSetup adds the trees the Containerfile works on to the image's root
-// folder and makes the build context (Containerfile and gvhello.deb), whose
-// path it returns.
+// buildSetup adds the trees the Containerfile (buildspec.Containerfile)
+// works on and the check script to the image's root folder and makes the
+// build context (Containerfile and gvhello.deb), whose path it returns.
 func buildSetup(t testing.TB, rootfs string) string {
 	t.Helper()
-	l := addBuildTrees(t, rootfs)
-	l.File("check-build.sh", checkBuildSh, 0o755)
-
-	// gvhello.deb: a program, a conffile, a document and a postinst;
-	// gzip, which busybox's dpkg reads.
-	pkg := testutil.NewLayer(t, filepath.Join(t.TempDir(), "gvhello"))
-	pkg.File("DEBIAN/control", "Package: gvhello\nVersion: 1.0\nArchitecture: all\nMaintainer: goverlay tests <root@localhost>\nDescription: a tiny package for the podman build test\n", 0o644).
-		File("DEBIAN/conffiles", "/etc/gvhello.conf\n", 0o644).
-		File("DEBIAN/postinst", "#!/bin/sh\necho configured > /etc/gvhello.state\n", 0o755).
-		File("usr/bin/gvhello", "#!/bin/sh\necho hello from gvhello\n", 0o755).
-		File("etc/gvhello.conf", "greeting=hello\n", 0o644).
-		File("usr/share/doc/gvhello/copyright", "public domain\n", 0o644)
-	filepath.Walk(pkg.Root, func(p string, fi os.FileInfo, err error) error {
-		if err == nil && fi.IsDir() {
-			os.Chmod(p, 0o755) // dpkg-deb wants 0755 for DEBIAN, whatever the umask
-		}
-		return nil
-	})
 	ctx := filepath.Join(t.TempDir(), "ctx")
-	if err := os.Mkdir(ctx, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("dpkg-deb", "--root-owner-group", "-Zgzip", "--build", pkg.Root, filepath.Join(ctx, "gvhello.deb")).CombinedOutput(); err != nil {
-		t.Fatalf("dpkg-deb --build: %v: %s", err, out)
-	}
-	if err := os.WriteFile(filepath.Join(ctx, "Containerfile"), []byte(containerfile), 0o644); err != nil {
+	if err := buildspec.Setup(rootfs, ctx, t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	return ctx
 }
 
 // addBuildTrees adds to the image's root folder the trees the
-// Containerfiles work on (usr/share/doc, zoneinfo, man, locale) and
-// returns the layer.
-func addBuildTrees(t testing.TB, rootfs string) *testutil.Layer {
+// Containerfiles work on (usr/share/doc, zoneinfo, man, locale).
+func addBuildTrees(t testing.TB, rootfs string) {
 	t.Helper()
-	l := testutil.NewLayer(t, rootfs)
-	for d := 1; d <= 50; d++ {
-		for f := 1; f <= 4; f++ {
-			l.File(fmt.Sprintf("usr/share/doc/pkg%d/f%d", d, f), fmt.Sprintf("doc %d %d\n", d, f), 0o644)
-		}
+	if err := buildspec.AddTrees(rootfs); err != nil {
+		t.Fatal(err)
 	}
-	for d := 1; d <= 20; d++ {
-		for f := 1; f <= 10; f++ {
-			l.File(fmt.Sprintf("usr/share/zoneinfo/z%d/f%d", d, f), fmt.Sprintf("z %d %d\n", d, f), 0o644)
-			l.File(fmt.Sprintf("usr/share/man/man%d/f%d.1", d, f), fmt.Sprintf("m %d %d\n", d, f), 0o644)
-		}
-		for f := 1; f <= 5; f++ {
-			l.File(fmt.Sprintf("usr/share/locale/l%d/LC_MESSAGES/f%d.mo", d, f), fmt.Sprintf("l %d %d\n", d, f), 0o644)
-		}
-	}
-	return l
 }
 
 // buildDeadline bounds one podman build (a loaded machine makes a build
@@ -208,7 +81,7 @@ D /tmp/gvhello.deb
 )
 
 // TestPodmanBuild runs podman build of a Containerfile FROM the test image
-// (containerfile: thousands of new files, chown -R and chmod -R of image
+// (buildspec.Containerfile: thousands of new files, chown -R and chmod -R of image
 // trees, a rename and deletions of image directories, a .deb installed)
 // with podman's kernel overlay driver and with goverlay, then podman run of
 // the result, podman diff of its last layer and of a container that
@@ -220,7 +93,7 @@ func TestPodmanBuild(t *testing.T) {
 	rootfs := podmanSetup(t, map[string]string{"dpkg-deb": "dpkg"})
 	ctx := buildSetup(t, rootfs)
 	want := []step{
-		{"podman run of the built image", fmt.Sprintf(wantBuildCheck, genMD5(20))},
+		{"podman run of the built image", buildspec.WantCheck()},
 		{"podman diff of the image", wantImageDiff},
 		{"podman diff of a container", ""}, // the kernel driver's, below
 	}
@@ -234,7 +107,7 @@ func TestPodmanBuild(t *testing.T) {
 				return
 			}
 			var got []step
-			got = append(got, step{want[0].name, p.must(ctr("--rm", "localhost/built", "sh", "/check-build.sh")...)})
+			got = append(got, step{want[0].name, p.must(ctr("--rm", "localhost/built", "sh", buildspec.CheckScript)...)})
 			got = append(got, step{want[1].name, sortedLines(p.must("diff", "localhost/built"))})
 			p.must(ctr("--name", "chk", "localhost/built", "sh", "-c", changeSh)...)
 			got = append(got, step{want[2].name, sortedLines(p.must("diff", "chk"))})

@@ -2,7 +2,6 @@ package containers_test
 
 import (
 	"crypto/md5"
-	"debug/elf"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goverlay/goverlay/tests/containers/buildspec"
 	"github.com/goverlay/goverlay/tests/testutil"
 )
 
@@ -197,54 +197,35 @@ func podmanSetup(t testing.TB, extra ...map[string]string) string {
 	return buildImage(t)
 }
 
-// buildImage makes the image's root folder: static busybox with a link
-// per applet, a busybox copy with cap_net_raw+ep, /data to change, and
-// the scripts.
+// buildImage makes the image's root folder: buildspec's (static busybox
+// with a link per applet, /etc, /tmp, /data files for the build), a
+// busybox copy with cap_net_raw+ep, more of /data to change, and the
+// scripts.
 func buildImage(t testing.TB) string {
 	t.Helper()
-	f, err := elf.Open("/bin/busybox")
-	if err != nil {
-		t.Skipf("/bin/busybox: %v (package busybox-static)", err)
+	if why := buildspec.NoBusybox(); why != "" {
+		t.Skip(why)
 	}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			f.Close()
-			t.Skip("/bin/busybox is dynamically linked: install busybox-static")
-		}
-	}
-	f.Close()
 	dir := filepath.Join(t.TempDir(), "rootfs")
+	if err := buildspec.Rootfs(dir); err != nil {
+		t.Fatal(err)
+	}
 	l := testutil.NewLayer(t, dir)
-	bb, err := os.ReadFile("/bin/busybox")
+	bb, err := os.ReadFile(buildspec.Busybox)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.File("bin/busybox", string(bb), 0o755).File("caps/ping", string(bb), 0o755)
-	out, err := exec.Command("/bin/busybox", "--list").Output()
-	if err != nil {
-		t.Fatalf("busybox --list: %v", err)
-	}
-	for _, a := range strings.Fields(string(out)) {
-		if a != "busybox" {
-			l.Symlink("bin/"+a, "busybox")
-		}
-	}
+	l.File("caps/ping", string(bb), 0o755)
 	if out, err := exec.Command("setcap", "cap_net_raw+ep", l.P("caps/ping")).CombinedOutput(); err != nil {
 		t.Fatalf("setcap cap_net_raw+ep: %v: %s", err, out)
 	}
-	l.File("etc/passwd", "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/:/bin/sh\n", 0o644).
-		File("etc/group", "root:x:0:\nuser:x:1000:\n", 0o644).
-		Dir("tmp", 0o777|os.ModeSticky).
-		File("work.sh", workSh, 0o755).
+	l.File("work.sh", workSh, 0o755).
 		File("list.sh", listSh, 0o755).
 		File("data/append.txt", "line 1\n", 0o644).
-		File("data/delete.txt", "delete me\n", 0o644).
 		File("data/deldir/a.txt", "a\n", 0o644).
 		File("data/deldir/sub/b.txt", "b\n", 0o644).
 		File("data/mode.txt", "mode\n", 0o644).
 		File("data/rename.txt", "rename me\n", 0o644).
-		File("data/dir/top.txt", "top\n", 0o644).
-		File("data/dir/sub/deep.txt", "deep\n", 0o644).
 		File("data/hard.txt", "hard\n", 0o644).
 		File("data/opq/old.txt", "old\n", 0o644)
 	return dir

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goverlay/goverlay/tests/containers/buildspec"
 	"github.com/goverlay/goverlay/tests/testutil"
 )
 
@@ -21,7 +22,7 @@ RUN chown -R 1000:1000 /usr/share/doc && chmod -R go-rwx /usr/share/zoneinfo
 RUN mv /usr/share/man /usr/share/man.moved && rm -rf /usr/share/locale && rm /data/delete.txt && mv /data/dir /data/dir.moved
 `
 
-// checkRootlessBuildSh prints the built image's state, as checkBuildSh
+// checkRootlessBuildSh prints the built image's state, as buildspec.CheckSh
 // does, without what the .deb step adds.
 const checkRootlessBuildSh = `cd /gen
 echo "gen: $(find . -type f | wc -l) files in $(find . -mindepth 1 -type d | wc -l) directories, md5 $(find . -type f | sort | xargs cat | md5sum | cut -c1-32)"
@@ -121,7 +122,7 @@ func newRootlessBuild(t testing.TB, prog mountProgram, rootfs string, uid, gid i
 func TestPodmanBuildRootless(t *testing.T) {
 	rootfs, uid, gid := rootlessBuildSetup(t)
 	want := []step{
-		{"podman run of the built image", fmt.Sprintf(wantRootlessBuildCheck, genMD5(30))},
+		{"podman run of the built image", fmt.Sprintf(wantRootlessBuildCheck, buildspec.GenMD5(30))},
 		{"podman diff of the image", ""}, // the native driver's, below
 	}
 	results := map[string][]step{}

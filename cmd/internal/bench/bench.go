@@ -154,8 +154,12 @@ Options:
                      over one shared image, the page cache their reads
                      and execs take, their daemons' memory and the time
                      per mount; only run when asked for, the N=100 ones
-                     only with --scale 1 or more or by name), "all"
-                     (every group)
+                     only with --scale 1 or more or by name), "build"
+                     (those marked [build]: podman build --no-cache on a
+                     private podman store with the target as its
+                     overlay, the whole build and each RUN step; only
+                     run when asked for; needs podman), "all" (every
+                     group)
   --duration D       how long each timed phase runs (default %v)
   --runs N           interleaved rounds (default %d)
   --scale S          size of the dircache workloads relative to their
@@ -208,7 +212,12 @@ fuse-overlayfs's found in /proc); they show "-" on native and kernel,
 which have none, and lower is better. The host workloads run on the
 kernel, fuse-overlayfs and goverlay targets, not on native or rootless
 ones; host-pss sums the N daemons' Pss, so it too shows "-" on kernel.
-For every MiB and ms workload lower is better.
+The build workloads run on every overlay target: kernel and kernel-* as
+podman's own overlay driver, the others as its mount_program (the goverlay
+binary under test for the goverlay ones), a target's -o options as the
+store's mountopt; a rootless target builds as the rootless user. Each
+built image is checked, and a build whose image differs fails. For every
+MiB, ms and s workload lower is better.
 
 A target that cannot run here (not root, not installed, mount fails) is
 reported as skipped with the reason. Ctrl-C unmounts everything and removes

@@ -73,7 +73,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var defaults, dircache, containers, host, host10 []string
+	var defaults, dircache, containers, host, host10, build []string
 	for _, w := range allWorkloads {
 		switch w.group {
 		case groupDefault:
@@ -87,6 +87,8 @@ func TestParseFlags(t *testing.T) {
 			if !w.fullScale {
 				host10 = append(host10, w.name)
 			}
+		case groupBuild:
+			build = append(build, w.name)
 		default:
 			t.Errorf("workload %s is in no group (%q)", w.name, w.group)
 		}
@@ -106,8 +108,8 @@ func TestParseFlags(t *testing.T) {
 	} else if got := strings.Join(c.Targets, ","); got != "native,kernel-rootless,fuse-overlayfs-rootless,goverlay-rootless" {
 		t.Errorf("--rootless targets: %s", got)
 	}
-	if len(defaults) != 14 || len(dircache) != 7 || len(containers) != 11 || len(host) != 8 {
-		t.Errorf("groups: default %v, dircache %v, containers %v, host %v", defaults, dircache, containers, host)
+	if len(defaults) != 14 || len(dircache) != 7 || len(containers) != 11 || len(host) != 8 || len(build) != 5 {
+		t.Errorf("groups: default %v, dircache %v, containers %v, host %v, build %v", defaults, dircache, containers, host, build)
 	}
 	if got := strings.Join(host10, ","); got != "host-pagecache-10,host-exec-10,host-pss-10,host-mount-10" {
 		t.Errorf("host workloads at any scale: %s", got)
@@ -124,7 +126,9 @@ func TestParseFlags(t *testing.T) {
 
 	for args, want := range map[string][]string{
 		"dircache":           dircache,
-		"all":                append(append(append(append([]string(nil), defaults...), dircache...), containers...), host10...),
+		"all":                append(append(append(append(append([]string(nil), defaults...), dircache...), containers...), host10...), build...),
+		"build":              build,
+		"build-step":         build[1:],
 		"containers":         containers,
 		"host":               host10,
 		"host-mount":         {"host-mount-10", "host-mount-100"},

@@ -35,6 +35,9 @@ type bencher struct {
 	ct *ctState
 	// The host workloads' image (host.go); nil when none runs.
 	host *hostState
+	// The build workloads' image and context (podbuild.go); nil when
+	// none runs.
+	build *buildState
 	// rootless is what the rootless targets share (rootless.go).
 	rootless *rootlessEnv
 	// served counts, for each shared goverlay server (daemon=shared),
@@ -117,6 +120,12 @@ func newBencher(ctx context.Context, c Config, cl *cleanups) (*bencher, error) {
 	}
 	if err := b.setupHost(); err != nil {
 		return nil, err
+	}
+	if err := b.setupBuild(); err != nil {
+		return nil, err
+	}
+	if b.build != nil {
+		b.rep.Build = b.build.line()
 	}
 	b.rep.Machine.fill(c.Binary)
 	for _, ts := range b.targets {

@@ -48,6 +48,8 @@ type Report struct {
 	Containers *ContainersInfo `json:"containers,omitempty"`
 	// Host describes the host workloads, when any ran.
 	Host *HostInfo `json:"host,omitempty"`
+	// Build describes the build workloads, when any ran.
+	Build string `json:"build,omitempty"`
 }
 
 // Goal is one design target checked on one goverlay target.
@@ -459,7 +461,10 @@ func (r *Report) writeTable(w io.Writer) {
 	if r.Host != nil {
 		fmt.Fprintln(w, r.Host.line())
 	}
-	if r.Dircache != nil || r.RequestCounting != "" || r.Host != nil {
+	if r.Build != "" {
+		fmt.Fprintln(w, r.Build)
+	}
+	if r.Dircache != nil || r.RequestCounting != "" || r.Host != nil || r.Build != "" {
 		fmt.Fprintln(w)
 	}
 

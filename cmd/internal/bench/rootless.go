@@ -376,7 +376,7 @@ func (inst *instance) stats() (overlay.Stats, error) {
 
 // run runs workload w on the instance: here, or in its agent.
 func (inst *instance) run(ctx context.Context, w *workloadDef, b *bencher) (sample, error) {
-	if inst.agent != nil {
+	if inst.agent != nil && !w.inBench {
 		return inst.agent.run(inst, w, b)
 	}
 	return w.run(ctx, inst, b)

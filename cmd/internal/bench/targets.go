@@ -32,8 +32,10 @@ const (
 type targetDef struct {
 	name string
 	kind targetKind
-	// opts are extra -o options for goverlay. The goverlay target passes
-	// none: nosec=inherit and passthrough on are the defaults.
+	// opts are extra -o options for goverlay (for the kernel overlay on
+	// kernel-metacopy), and the build workloads' mountopt. The goverlay
+	// target passes none: nosec=inherit and passthrough on are the
+	// defaults.
 	opts []string
 	desc string
 	// rootless targets are mounted, and their workloads run, by an
@@ -76,6 +78,8 @@ var allTargets = []*targetDef{
 	{name: "goverlay-uring-rootless", kind: kindGoverlay, rootless: true, uring: true, desc: "goverlay -o userxattr rootless, mounted while the kernel offers FUSE over io_uring (enable_uring=Y, set by the bench as root)"},
 	{name: "goverlay-opens-rootless", kind: kindGoverlay, rootless: true, opts: []string{"noopen=0"}, desc: "goverlay -o userxattr,noopen=0 rootless: every open a request"},
 	{name: "goverlay-rootless-writethrough", kind: kindGoverlay, rootless: true, opts: []string{"writeback=0"}, desc: "goverlay -o userxattr,writeback=0 rootless: every write a request"},
+	{name: "goverlay-metacopy", kind: kindGoverlay, named: true, opts: []string{"metacopy=on"}, desc: "goverlay -o metacopy=on (redirect_dir=on with it): a chown, chmod or rename of a lower file copies up its metadata only; the build workloads set podman's mountopt = \"metacopy=on\""},
+	{name: "kernel-metacopy", kind: kindKernel, named: true, opts: []string{"metacopy=on"}, desc: "kernel overlayfs -o metacopy=on; the build workloads set podman's mountopt = \"metacopy=on\" for its own overlay driver"},
 	{name: "goverlay-nosec-off-nopassthrough", kind: kindGoverlay, opts: []string{"nosec=off", "noopen=0", "passthrough=off"}, desc: "goverlay -o nosec=off,noopen=0,passthrough=off"},
 	// goverlay as it runs on the kernels container hosts have: the
 	// features a kernel profile hides are neither asked for nor used
@@ -178,6 +182,9 @@ type instance struct {
 	agent *agent
 	// mountTook is how long the mount command took (mountOver).
 	mountTook time.Duration
+	// built is the round's podman build on the target, which every
+	// build workload reads (podbuild.go).
+	built *buildRun
 }
 
 // enableUring is the fuse module's switch for FUSE over io_uring: the
@@ -300,7 +307,7 @@ func (t *targetDef) mountOver(ctx context.Context, b *bencher, dir string, lower
 	start := time.Now()
 	switch t.kind {
 	case kindKernel:
-		err = unix.Mount("overlay", mnt, "overlay", 0, layers)
+		err = unix.Mount("overlay", mnt, "overlay", 0, strings.Join(append([]string{layers}, t.opts...), ","))
 		if err != nil {
 			err = fmt.Errorf("mount -t overlay: %w", err)
 		}

@@ -22,7 +22,7 @@ type workloadDef struct {
 	name, unit, desc string
 	higherIsBetter   bool
 	// group is the workload's group: "default", "dircache",
-	// "containers" or "host".
+	// "containers", "host" or "build".
 	group string
 	// fullScale: its group (and "all") selects it only at --scale 1 or
 	// more; its name or a prefix of it selects it at any scale.
@@ -38,7 +38,11 @@ type workloadDef struct {
 	// rootless target the bench does it, before it sends the workload
 	// to the agent.
 	dropsCaches bool
-	run         func(ctx context.Context, inst *instance, b *bencher) (sample, error)
+	// inBench: the workload runs in the bench even on a rootless
+	// target, not in its agent (the build workloads run podman as the
+	// rootless user themselves).
+	inBench bool
+	run     func(ctx context.Context, inst *instance, b *bencher) (sample, error)
 }
 
 // applies says whether w is run on t.
