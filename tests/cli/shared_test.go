@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,15 +90,31 @@ func TestSharedDaemon(t *testing.T) {
 	testutil.LeakCheck(t)
 	socketsBefore := serverSockets(t)
 
+	// Three commands at once, with no server yet: one starts it, and
+	// all three mounts are served by it.
 	ms := []sharedMount{newSharedMount(t, "one"), newSharedMount(t, "two"), newSharedMount(t, "three")}
-	for _, m := range ms {
-		if r := goverlay(t, m.args()...); r.Code != 0 {
-			t.Fatalf("goverlay %s: %s", strings.Join(m.args(), " "), r)
-		}
-		// Live when the command returns.
-		want := filepath.Base(filepath.Dir(m.mnt)) + "\n"
-		if data, err := os.ReadFile(filepath.Join(m.mnt, "file")); err != nil || string(data) != want {
-			t.Fatalf("read %s right after the mount: %q, %v; want %q", m.mnt, data, err, want)
+	errs := make([]string, len(ms))
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := exec.Command(testutil.Binary(t), m.args()...).CombinedOutput()
+			if err != nil {
+				errs[i] = fmt.Sprintf("goverlay %s: %v: %s", strings.Join(m.args(), " "), err, out)
+				return
+			}
+			// Live when the command returns.
+			want := filepath.Base(filepath.Dir(m.mnt)) + "\n"
+			if data, err := os.ReadFile(filepath.Join(m.mnt, "file")); err != nil || string(data) != want {
+				errs[i] = fmt.Sprintf("read %s right after the mount: %q, %v; want %q", m.mnt, data, err, want)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, e := range errs {
+		if e != "" {
+			t.Fatal(e)
 		}
 	}
 	pid := ms[0].pid(t)
