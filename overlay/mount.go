@@ -320,9 +320,6 @@ func New(o Options) (*FS, error) {
 
 // Close releases the layers. It is called after the mount is gone.
 func (f *FS) Close() {
-	if f.statsSock != nil {
-		f.statsSock.close()
-	}
 	// The kernel ended the rings' entries at the unmount, unless the
 	// mount lives on elsewhere (fuseserve.Server.Close).
 	f.srv.Close()
@@ -337,6 +334,13 @@ func (f *FS) Close() {
 	}
 	for _, l := range f.layers {
 		l.Close()
+	}
+	// The stats socket goes last: a mount of the same layers on the
+	// same mountpoint waits for it to stop answering, in a process
+	// that serves other mounts and so does not exit (goverlay's
+	// checkSameMount), and must then find the layers released.
+	if f.statsSock != nil {
+		f.statsSock.close()
 	}
 }
 

@@ -519,9 +519,13 @@ func fuseMountedOn(dir string) bool {
 	return false
 }
 
-// waitExit waits until process pid has exited (a zombie has closed its
-// files, and with them its locks and sockets), for at most d.
-func waitExit(pid int, d time.Duration) {
+// waitReleased waits, for at most d, until the goverlay that answered for
+// mnt as pid has let go of its layers: its process has exited (a zombie
+// has closed its files, and with them its locks and sockets), or its
+// stats socket no longer answers for mnt as pid. A shared server, which
+// does not exit while it serves other mounts, closes a mount's socket
+// once that mount has released its layers (overlay.FS.Close).
+func waitReleased(mnt string, owner, pid int, d time.Duration) {
 	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		if err != nil {
@@ -529,6 +533,9 @@ func waitExit(pid int, d time.Duration) {
 		}
 		// pid (comm) S ...: the state follows the last ')'.
 		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
+			return
+		}
+		if s, err := overlay.ReadStats(mnt, owner); err != nil || s.PID != pid {
 			return
 		}
 	}
@@ -569,7 +576,7 @@ func checkSameMount(c *config) error {
 	if !fuseMountedOn(c.Mountpoint) {
 		// Unmounted a moment ago: its daemon answers until it has
 		// released the layers and exits, which it does at once.
-		waitExit(s.PID, daemonExitWait)
+		waitReleased(c.Mountpoint, owner, s.PID, daemonExitWait)
 		return nil
 	}
 	return failf(exitBadLayer, "mountpoint %s already holds a goverlay mount of the same layers (pid %d); unmount it first, or mount elsewhere", show(c.Mountpoint), s.PID)

@@ -213,6 +213,17 @@ func TestSharedDaemon(t *testing.T) {
 	if _, err := os.Stat(ms[0].pidfile); !os.IsNotExist(err) {
 		t.Errorf("the pidfile of the unmounted %s: %v; want it removed", ms[0].mnt, err)
 	}
+	// The same layers again at once, on the same mountpoint, as podman
+	// remounts a layer: the server does not exit, so the command waits
+	// for the old mount to let go of its layers, not for the process.
+	for range 3 {
+		if r := goverlay(t, ms[0].args()...); r.Code != 0 {
+			t.Fatalf("remount of %s right after its unmount: %s", ms[0].mnt, r)
+		}
+		if err := unix.Unmount(ms[0].mnt, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	// SIGTERM unmounts the two left and ends the server.
 	if err := server.Signal(unix.SIGTERM); err != nil {
