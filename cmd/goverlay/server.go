@@ -263,18 +263,23 @@ func runServer(args []string, stderr io.Writer) int {
 	unix.CloseOnExec(serverListenFD)
 	unix.CloseOnExec(serverDirFD)
 	_ = os.WriteFile("/proc/self/comm", []byte("goverlay"), 0)
+	// What goes wrong before the first mount goes to stderr, the log
+	// beside the socket; the waiting command sees the server end.
 	name, err := serverName()
 	if err != nil {
+		fmt.Fprintf(stderr, "goverlay: %s: %v\n", serverCommand, err)
 		return exitDaemon
 	}
 	lf := os.NewFile(serverListenFD, "mount-server")
 	l, err := net.FileListener(lf)
 	lf.Close() // FileListener holds a duplicate
 	if err != nil {
+		fmt.Fprintf(stderr, "goverlay: %s: the inherited socket: %v\n", serverCommand, err)
 		return exitDaemon
 	}
 	ul, ok := l.(*net.UnixListener)
 	if !ok {
+		fmt.Fprintf(stderr, "goverlay: %s: the inherited socket is not a unix socket\n", serverCommand)
 		return exitDaemon
 	}
 	// The socket is removed by exit(), under the lock; not by Close.
