@@ -64,6 +64,18 @@ func (m sharedMount) pid(t *testing.T) int {
 	return pid
 }
 
+// unmountShared unmounts dir, and any copy of its mount that another
+// test's process (podman, unshare) took into its mount namespace: such a
+// copy keeps the mount, and its layers, alive in the server.
+func unmountShared(t *testing.T, dir string) {
+	t.Helper()
+	dev := testutil.FuseDev(dir)
+	if err := testutil.Umount(dir); err != nil {
+		t.Fatal(err)
+	}
+	testutil.DetachCopiesAt(t, dir, dev)
+}
+
 // serverSockets lists the shared servers' sockets in root's runtime
 // directory.
 func serverSockets(t *testing.T) []string {
@@ -195,14 +207,10 @@ func TestSharedDaemon(t *testing.T) {
 	if data, err := os.ReadFile(filepath.Join(rel.mnt, "file")); err != nil || string(data) != "rel\n" {
 		t.Errorf("the mount with relative paths reads %q, %v; want %q", data, err, "rel\n")
 	}
-	if err := unix.Unmount(rel.mnt, 0); err != nil {
-		t.Fatal(err)
-	}
+	unmountShared(t, rel.mnt)
 
 	// One unmount: the others are served on.
-	if err := unix.Unmount(ms[0].mnt, 0); err != nil {
-		t.Fatal(err)
-	}
+	unmountShared(t, ms[0].mnt)
 	time.Sleep(200 * time.Millisecond)
 	if !server.Alive() {
 		t.Fatalf("the server exited with two mounts left")
@@ -220,25 +228,29 @@ func TestSharedDaemon(t *testing.T) {
 		if r := goverlay(t, ms[0].args()...); r.Code != 0 {
 			t.Fatalf("remount of %s right after its unmount: %s", ms[0].mnt, r)
 		}
-		if err := unix.Unmount(ms[0].mnt, 0); err != nil {
-			t.Fatal(err)
-		}
+		unmountShared(t, ms[0].mnt)
 	}
 
-	// SIGTERM unmounts the two left and ends the server.
+	// SIGTERM unmounts the two left and ends the server, once no copy
+	// of their mounts lives on in another test's mount namespace.
+	devs := []uint64{testutil.FuseDev(ms[1].mnt), testutil.FuseDev(ms[2].mnt)}
 	if err := server.Signal(unix.SIGTERM); err != nil {
 		t.Fatal(err)
+	}
+	for end := time.Now().Add(testutil.DaemonExitTimeout); time.Now().Before(end) && (testutil.IsMounted(ms[1].mnt) || testutil.IsMounted(ms[2].mnt)); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i, m := range ms[1:] {
+		if testutil.IsMounted(m.mnt) {
+			t.Errorf("%s is still mounted after the server's SIGTERM", m.mnt)
+		}
+		testutil.DetachCopiesAt(t, m.mnt, devs[i])
 	}
 	if !server.Wait(testutil.DaemonExitTimeout) {
 		t.Fatalf("the server still runs %v after SIGTERM", testutil.DaemonExitTimeout)
 	}
 	if ok, _, desc := server.Status(); !ok {
 		t.Errorf("the server ended with %s, want exit 0", desc)
-	}
-	for _, m := range ms {
-		if testutil.IsMounted(m.mnt) {
-			t.Errorf("%s is still mounted after the server's SIGTERM", m.mnt)
-		}
 	}
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Errorf("the server's socket %s is left behind (%v)", sock, err)
@@ -257,9 +269,7 @@ func TestSharedDaemon(t *testing.T) {
 	if p2.Alive() && again.pid(t) == pid {
 		t.Errorf("the new mount is served by the old server's PID %d", pid)
 	}
-	if err := unix.Unmount(again.mnt, 0); err != nil {
-		t.Fatal(err)
-	}
+	unmountShared(t, again.mnt)
 	if !p2.Wait(testutil.DaemonExitTimeout) {
 		p2.Kill()
 		t.Fatalf("the server still runs %v after its only mount ended", testutil.DaemonExitTimeout)
