@@ -209,26 +209,31 @@ func TestSharedDaemon(t *testing.T) {
 	}
 	unmountShared(t, rel.mnt)
 
-	// One unmount: the others are served on.
+	// One unmount, and the same layers again at once on the same
+	// mountpoint, as podman remounts a layer: the server does not
+	// exit, so the command waits for the old mount to let go of its
+	// layers, not for the process.
 	unmountShared(t, ms[0].mnt)
-	time.Sleep(200 * time.Millisecond)
-	if !server.Alive() {
-		t.Fatalf("the server exited with two mounts left")
-	}
-	if data, err := os.ReadFile(filepath.Join(ms[1].mnt, "file")); err != nil || string(data) != "two\n" {
-		t.Errorf("read %s after another mount ended: %q, %v", ms[1].mnt, data, err)
-	}
-	if _, err := os.Stat(ms[0].pidfile); !os.IsNotExist(err) {
-		t.Errorf("the pidfile of the unmounted %s: %v; want it removed", ms[0].mnt, err)
-	}
-	// The same layers again at once, on the same mountpoint, as podman
-	// remounts a layer: the server does not exit, so the command waits
-	// for the old mount to let go of its layers, not for the process.
 	for range 3 {
 		if r := goverlay(t, ms[0].args()...); r.Code != 0 {
 			t.Fatalf("remount of %s right after its unmount: %s", ms[0].mnt, r)
 		}
 		unmountShared(t, ms[0].mnt)
+	}
+	// The others are served on; the pidfile goes with its mount.
+	for end := time.Now().Add(testutil.DaemonExitTimeout); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(ms[0].pidfile); os.IsNotExist(err) {
+			break
+		}
+	}
+	if _, err := os.Stat(ms[0].pidfile); !os.IsNotExist(err) {
+		t.Errorf("the pidfile of the unmounted %s: %v; want it removed", ms[0].mnt, err)
+	}
+	if !server.Alive() {
+		t.Fatalf("the server exited with two mounts left")
+	}
+	if data, err := os.ReadFile(filepath.Join(ms[1].mnt, "file")); err != nil || string(data) != "two\n" {
+		t.Errorf("read %s after another mount ended: %q, %v", ms[1].mnt, data, err)
 	}
 
 	// SIGTERM unmounts the two left and ends the server, once no copy
