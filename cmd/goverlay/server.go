@@ -90,7 +90,7 @@ func serverName() (string, error) {
 // mountShared is the command's side: it has the user's server mount
 // args, starting the server if there is none, and returns the exit code.
 func mountShared(args []string, stderr io.Writer) int {
-	conn, err := dialServer()
+	conn, logPath, err := dialServer()
 	if err != nil {
 		fmt.Fprintf(stderr, "goverlay: daemon=shared: %v; nothing is mounted (without daemon=shared the mount gets a process of its own)\n", err)
 		return exitDaemon
@@ -105,7 +105,7 @@ func mountShared(args []string, stderr io.Writer) int {
 	code, text, ok := parseReport(msg)
 	switch {
 	case !ok:
-		fmt.Fprintf(stderr, "goverlay: daemon=shared: the mount server ended before the mount was live; run with -f to see why\n")
+		fmt.Fprintf(stderr, "goverlay: daemon=shared: the mount server ended before the mount was live; see %s, or mount with -f to see why\n", logPath)
 		return exitDaemon
 	case code != exitOK:
 		fmt.Fprintf(stderr, "goverlay: %s\n", text)
@@ -114,36 +114,38 @@ func mountShared(args []string, stderr io.Writer) int {
 }
 
 // dialServer connects to the user's server, starting it if none answers.
-func dialServer() (*os.File, error) {
+// It also returns the path of the server's log.
+func dialServer() (*os.File, string, error) {
 	dir, err := overlay.RuntimeDir()
 	if err != nil {
-		return nil, fmt.Errorf("no directory for the mount server's socket: %w", err)
+		return nil, "", fmt.Errorf("no directory for the mount server's socket: %w", err)
 	}
 	defer dir.Close()
 	name, err := serverName()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
+	logPath := filepath.Join(dir.Name(), name+".log")
 	unlock, err := lockServer(dir, name)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer unlock()
 	sock := overlay.SocketPath(dir, name+".sock")
 	conn, err := connectUnix(sock)
 	if err == nil {
-		return conn, nil
+		return conn, logPath, nil
 	}
 	if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ECONNREFUSED) {
-		return nil, fmt.Errorf("cannot reach the mount server at %s: %w", filepath.Join(dir.Name(), name+".sock"), err)
+		return nil, "", fmt.Errorf("cannot reach the mount server at %s: %w", filepath.Join(dir.Name(), name+".sock"), err)
 	}
 	if err := startServer(dir, name); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if conn, err = connectUnix(sock); err != nil {
-		return nil, fmt.Errorf("cannot reach the mount server just started at %s: %w", filepath.Join(dir.Name(), name+".sock"), err)
+		return nil, "", fmt.Errorf("cannot reach the mount server just started at %s: %w", filepath.Join(dir.Name(), name+".sock"), err)
 	}
-	return conn, nil
+	return conn, logPath, nil
 }
 
 // lockServer takes the lock of server name in dir and returns its
