@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
-
-	"github.com/goverlay/goverlay/lower"
 )
 
 // Fault isolation.
@@ -80,29 +78,18 @@ func (g *guard) guarded(what string, fn func()) func() {
 	}
 }
 
-// closeChain is the runtime cleanup that closes a discarded directory
-// node's chain (node.newChildAs), under recovered when Options.Recover is
-// set. The cleanups run one after the other on the runtime's goroutine for
-// them, whose panic ends the process. The function holds the guard alone:
-// nothing of the node tree (guard).
-func (g *guard) closeChain() func(lower.Chain) {
+// guardedCleanup is cleanup, a runtime cleanup (runtime.AddCleanup) of
+// a discarded node's, under recovered when Options.Recover is set; what
+// says what it does. The cleanups run one after the other on the
+// runtime's goroutine for them, whose panic ends the process. The
+// function holds the guard alone: nothing of the node tree (guard).
+func guardedCleanup[T any](g *guard, what string, cleanup func(T)) func(T) {
 	if !g.recover {
-		return lower.Chain.Close
+		return cleanup
 	}
-	return func(c lower.Chain) {
-		defer g.recovered("closing a discarded directory's fds")
-		c.Close()
-	}
-}
-
-// closeData is closeChain for a discarded node's metacopy data file.
-func (g *guard) closeData() func(*lower.DataFile) {
-	if !g.recover {
-		return func(d *lower.DataFile) { d.Close() }
-	}
-	return func(d *lower.DataFile) {
-		defer g.recovered("closing a discarded file's data file")
-		d.Close()
+	return func(v T) {
+		defer g.recovered(what)
+		cleanup(v)
 	}
 }
 

@@ -256,7 +256,7 @@ func (n *node) newChildAs(ctx context.Context, name string, e *lower.Entry, sa f
 		// go-fuse discarded (it lost a lookup race to an equal one)
 		// never gets OnForget, and the cleanup closes its fds.
 		// Closing twice is harmless (lower.Dir.Close).
-		runtime.AddCleanup(c, n.ofs.guard.closeChain(), e.Chain)
+		runtime.AddCleanup(c, guardedCleanup(n.ofs.guard, "closing a discarded directory's fds", lower.Chain.Close), e.Chain)
 	} else {
 		c.link0 = link{e.Parent, name}
 		if e.Data != nil {
@@ -266,7 +266,7 @@ func (n *node) newChildAs(ctx context.Context, name string, e *lower.Entry, sa f
 			}
 			// The node owns it: a copy-up or data copy-in closes
 			// it (setData), else the cleanup does.
-			runtime.AddCleanup(c, n.ofs.guard.closeData(), e.Data)
+			runtime.AddCleanup(c, guardedCleanup(n.ofs.guard, "closing a discarded file's data file", (*lower.DataFile).Close), e.Data)
 		}
 	}
 	child := n.NewInode(ctx, c, sa)

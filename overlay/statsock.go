@@ -409,7 +409,7 @@ func (f *FS) serveStats(mountpoint string, pid int) (*statsServer, error) {
 func (f *FS) answerStats(c *net.UnixConn, uid int, mountpoint string, pid int) {
 	defer f.guard.recovered("an answer on the stats socket")
 	defer c.Close()
-	if cred, err := peerCred(c); err != nil || (cred.Uid != 0 && int(cred.Uid) != uid) {
+	if cred, err := PeerCred(c); err != nil || (cred.Uid != 0 && int(cred.Uid) != uid) {
 		if f.opts.Debug {
 			f.log.Printf("stats socket: closed a connection of %v without an answer (%v): only root and uid %d are answered", cred, err, uid)
 		}
@@ -463,8 +463,8 @@ func (s *statsServer) close() {
 	unix.Close(s.dirfd)
 }
 
-// peerCred is the SO_PEERCRED of c's peer: who connected, or who listens.
-func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+// PeerCred is the SO_PEERCRED of c's peer: who connected, or who listens.
+func PeerCred(c *net.UnixConn) (*unix.Ucred, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return nil, err
@@ -552,7 +552,7 @@ func readStatsIn(d statsDir, owner int, mnt string) (Stats, error) {
 		return s, &os.PathError{Op: "connect", Path: shown, Err: err}
 	}
 	defer c.Close()
-	cred, err := peerCred(c.(*net.UnixConn))
+	cred, err := PeerCred(c.(*net.UnixConn))
 	if err != nil {
 		return s, fmt.Errorf("%s: SO_PEERCRED: %w", shown, err)
 	}

@@ -40,12 +40,7 @@ func startDaemon(cfg *config, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "goverlay: cannot create a pipe for the background process: %v; use -f to stay in the foreground\n", err)
 		return exitDaemon
 	}
-	env := []string{daemonEnv + "=3"} // ExtraFiles[0] is fd 3 in the child
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, daemonEnv+"=") {
-			env = append(env, kv)
-		}
-	}
+	env := environWith(daemonEnv, "3") // ExtraFiles[0] is fd 3 in the child
 	cmd := &exec.Cmd{
 		// /proc/self/exe is this very binary even if the file on disk
 		// was replaced or removed meanwhile.
@@ -88,6 +83,18 @@ func startDaemon(cfg *config, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "goverlay: %s\n", text)
 		return code
 	}
+}
+
+// environWith is this process's environment with name set to value,
+// whatever it was: the fd a re-executed goverlay inherits.
+func environWith(name, value string) []string {
+	env := []string{name + "=" + value}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, name+"=") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // closeInheritedOnExec keeps the fds our caller left open (beyond 0, 1 and 2)

@@ -34,8 +34,9 @@ import (
 // server), its socket in the user's runtime directory
 // (overlay.RuntimeDir), which no other user may write:
 //
-//	server-USERNS-MNTNS-EXE.sock    the listening socket
-//	server-USERNS-MNTNS-EXE.lock    flock(2)ed around connecting and exiting
+//	server-USERNS-MNTNS-DEV-INO.sock  the listening socket
+//	server-USERNS-MNTNS-DEV-INO.lock  flock(2)ed around connecting and exiting
+//	server-USERNS-MNTNS-DEV-INO.log   the server's stderr
 //
 // The command takes the lock, connects, and lets go. If no server
 // answers, it binds and listens on the socket itself and starts the
@@ -194,12 +195,6 @@ func startServer(dir *os.File, name string) error {
 	if err := unix.Listen(fd, 128); err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", filepath.Join(dir.Name(), sockName), err)
 	}
-	env := []string{serverEnv + "=" + strconv.Itoa(serverListenFD)}
-	for _, kv := range os.Environ() {
-		if len(kv) < len(serverEnv)+1 || kv[:len(serverEnv)+1] != serverEnv+"=" {
-			env = append(env, kv)
-		}
-	}
 	// The server outlives this command and its caller's pipes: its
 	// stdin and stdout are /dev/null, and its stderr a file beside the
 	// socket, where a crash of the whole server leaves its trace. A
@@ -214,7 +209,7 @@ func startServer(dir *os.File, name string) error {
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe",
 		Args:        []string{os.Args[0], serverCommand},
-		Env:         env,
+		Env:         environWith(serverEnv, strconv.Itoa(serverListenFD)),
 		Stderr:      logFile,
 		ExtraFiles:  []*os.File{ln, dir},
 		Dir:         "/",
@@ -324,7 +319,7 @@ func (s *server) run() int {
 
 // admit answers c if it comes from this server's user.
 func (s *server) admit(c *net.UnixConn) {
-	if cred, err := peerCredOf(c); err != nil || int(cred.Uid) != s.uid {
+	if cred, err := overlay.PeerCred(c); err != nil || int(cred.Uid) != s.uid {
 		c.Close()
 		return
 	}
@@ -509,21 +504,4 @@ func serverFDBudget() int {
 		return 1024
 	}
 	return int(max(rl.Cur/serverMounts, 256))
-}
-
-// peerCredOf is the SO_PEERCRED of c's peer.
-func peerCredOf(c *net.UnixConn) (*unix.Ucred, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	err = raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	})
-	if err == nil {
-		err = cerr
-	}
-	return cred, err
 }
