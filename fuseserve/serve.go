@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
@@ -30,6 +31,9 @@ type Options struct {
 	// fusermount mounts through fusermount3 even where goverlay may
 	// mount itself (tests).
 	fusermount bool
+	// stallTick, when not 0, replaces the inline readers' watchdog
+	// period (tests).
+	stallTick time.Duration
 }
 
 // Server is a mounted filesystem: go-fuse's server reading /dev/fuse, and
@@ -39,12 +43,14 @@ type Options struct {
 type Server struct {
 	*fuse.Server
 	uring *uringServer
+	// inline serves /dev/fuse when the rings do not (inline.go).
+	inline *inlineServer
 	// why says why requests do not go over io_uring, when the rings
 	// were not started.
 	why string
-	// dev is the mount's /dev/fuse descriptor, which go-fuse reads
-	// through a duplicate of its own; it is kept for the rings, -1
-	// once closed.
+	// dev is the mount's /dev/fuse descriptor, which go-fuse's server
+	// and the inline readers use through a duplicate of go-fuse's own;
+	// it is kept for the rings, -1 once closed.
 	dev int
 	// mountpoint is where the mount is, direct whether goverlay may
 	// mount and unmount it itself (mayMount).
@@ -158,13 +164,43 @@ func Mount(fs fuse.RawFileSystem, mountpoint string, mo *fuse.MountOptions, o Op
 	if !o.Shared {
 		spareProcs.Do(addSpareProcs)
 	}
-	go srv.Serve()
+	s.serve(h, &m, gofd, o, logger)
 	if err := stopPolls(mnt); err != nil {
 		s.Unmount()
 		s.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// serve starts serving the mount. With io_uring, go-fuse's readers serve
+// what still comes through /dev/fuse; without, the inline readers serve
+// it all (inline.go), and go-fuse's loop runs once they have ended, to end
+// the mount as go-fuse does. A go-fuse that does not take the kernel's
+// INIT a second time leaves /dev/fuse to go-fuse's readers. The inline
+// readers read gofd, go-fuse's descriptor, which go-fuse closes only at
+// the end of its loop.
+func (s *Server) serve(h *handler, m *fuse.MountOptions, gofd int, o Options, logger *log.Logger) {
+	srv := s.Server
+	if s.uring != nil {
+		go srv.Serve()
+		return
+	}
+	ps, _, err := newProtocolServer(h, m, srv.KernelSettings())
+	if err != nil {
+		logger.Printf("%v; go-fuse's readers serve /dev/fuse", err)
+		go srv.Serve()
+		return
+	}
+	s.inline = newInlineServer(gofd, ps, m.MaxWrite, logger, m.Debug)
+	if o.stallTick != 0 {
+		s.inline.tick = o.stallTick
+	}
+	s.inline.start()
+	go func() {
+		s.inline.wait()
+		srv.Serve()
+	}()
 }
 
 // Transport says how requests reach the filesystem: over io_uring, or

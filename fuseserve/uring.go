@@ -329,18 +329,10 @@ func (s *uringServer) serve(srv *fuse.Server, fs fuse.RawFileSystem) {
 // protocolServer is the go-fuse protocol server the queues answer with,
 // given the INIT the kernel sent, as go-fuse's server got it.
 func (s *uringServer) protocolServer(fs fuse.RawFileSystem, k *fuse.InitIn) (*fuse.ProtocolServer, error) {
-	ps := fuse.NewProtocolServer(fs, &s.opts)
-	init := *k
-	init.Length = uint32(unsafe.Sizeof(init))
-	init.Opcode = opInit
-	in := unsafe.Slice((*byte)(unsafe.Pointer(&init)), unsafe.Sizeof(init))
-	out := make([]byte, 256)
-	n, st := ps.HandleRequest([][]byte{in}, [][]byte{out})
-	if !st.Ok() || n < outHeaderSize+36 || int32(le.Uint32(out[4:])) != 0 {
-		return nil, fmt.Errorf("go-fuse did not take the kernel's INIT (%v)", st)
+	ps, flags, err := newProtocolServer(fs, &s.opts, k)
+	if err != nil {
+		return nil, err
 	}
-	// fuse_init_out: flags at 12, flags2 at 32.
-	flags := uint64(le.Uint32(out[outHeaderSize+12:])) | uint64(le.Uint32(out[outHeaderSize+32:]))<<32
 	if flags&fuse.CAP_OVER_IO_URING == 0 {
 		return nil, errors.New("go-fuse did not negotiate io_uring")
 	}
