@@ -84,12 +84,14 @@ type inlineReader struct {
 type inlineBufs struct{ in, out []byte }
 
 // stallTick is the watchdog's period: a request served longer than two
-// ticks has the reading handed to a new goroutine.
-const stallTick = time.Millisecond
+// ticks has the reading handed to a new goroutine. Each tick wakes a
+// thread, while requests come; at 1 ms the ticks doubled the daemon's CPU
+// on a loop of execs, which sends a request every 2.5 ms.
+const stallTick = 5 * time.Millisecond
 
 // watchIdleTicks is how many ticks without a request the watchdog waits
 // before it sleeps until the next one.
-const watchIdleTicks = 100
+const watchIdleTicks = 20
 
 // Opcodes of requests that hand the reading off before they are served
 // (include/uapi/linux/fuse.h).
