@@ -22,7 +22,7 @@ import (
 // the other, as a walk or a commit does, two threads then take turns in
 // read(2), and every request crosses from one to the other; with two
 // mounts busy at once that cost half the daemon's time
-// (docs/BENCHMARKS.md, "Readers").
+// (docs/BENCHMARKS.md, "podman build, step by step").
 //
 // inlineServer reads and serves with one goroutine, as libfuse's
 // single-threaded loop does, and gives the reading to a new goroutine
