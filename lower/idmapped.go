@@ -2,11 +2,14 @@ package lower
 
 import (
 	"bufio"
+	"encoding/binary"
+	"errors"
 	"bytes"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -71,18 +74,32 @@ func (l *Layer) unshiftXattr(attr string, v []byte) ([]byte, error) {
 }
 
 // onIDMappedMount reports whether the directory at path lies on an
-// id-mapped mount: the kernel lists "idmapped" among the mount's own
-// options in /proc/self/mountinfo (fs/proc_namespace.c, show_mnt_opts),
-// found there by the mount id statx(2) gives for path. It asks by path,
-// not by the layer's fd, so that it tells the mount the path is on
-// whatever way the layer's root is opened (a detached clone of it is in
-// no mount table). Without STATX_MNT_ID (masked, or before Linux 5.8,
+// id-mapped mount. It asks by path, not by the layer's fd, so that it
+// tells the mount the path is on whatever way the layer's root is opened
+// (a detached clone of it is in no mount table). statmount(2) (Linux 6.8)
+// gives the mount's attributes by its unique id (STATX_MNT_ID_UNIQUE),
+// MOUNT_ATTR_IDMAP among them. Before that, the kernel lists "idmapped"
+// among the mount's own options in /proc/self/mountinfo
+// (fs/proc_namespace.c, show_mnt_opts), found there by the mount id
+// statx(2) gives: a read of the whole table, which grows with every
+// mount on the host. Without STATX_MNT_ID (masked, or before Linux 5.8,
 // which has no id-mapped mounts either) it says false and ENOSYS.
 func onIDMappedMount(path string, masked Features) (bool, error) {
 	var stx unix.Statx_t
 	if masked.Has(StatxMntID) {
 		return false, lackedErr{StatxMntID}
 	}
+	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_MNT_ID_UNIQUE, &stx); err == nil && stx.Mask&unix.STATX_MNT_ID_UNIQUE != 0 {
+		if idmapped, err := statmountIDMapped(stx.Mnt_id); err == nil {
+			return idmapped, nil
+		}
+	}
+	return idMappedByMountinfo(path)
+}
+
+// idMappedByMountinfo is onIDMappedMount through /proc/self/mountinfo.
+func idMappedByMountinfo(path string) (bool, error) {
+	var stx unix.Statx_t
 	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_MNT_ID, &stx); err != nil {
 		return false, fmt.Errorf("statx: %w", err)
 	}
@@ -95,6 +112,33 @@ func onIDMappedMount(path string, masked Features) (bool, error) {
 		return false, err
 	}
 	return mountHasOption(data, stx.Mnt_id, "idmapped")
+}
+
+// statmount(2)'s ABI (include/uapi/linux/mount.h).
+const (
+	statmountMntBasic = 0x2 // STATMOUNT_MNT_BASIC
+	mntIDReqSizeVer0  = 24  // MNT_ID_REQ_SIZE_VER0
+	statmountMaskOff  = 8   // struct statmount: mask
+	statmountAttrOff  = 64  // struct statmount: mnt_attr
+)
+
+// statmountIDMapped reports whether the mount of unique id id is
+// id-mapped, from its MOUNT_ATTR_* flags.
+func statmountIDMapped(id uint64) (bool, error) {
+	// struct mnt_id_req: size, spare, mnt_id, param.
+	req := struct {
+		size, spare uint32
+		mntID, param uint64
+	}{size: mntIDReqSizeVer0, mntID: id, param: statmountMntBasic}
+	var buf [1024]byte
+	_, _, e := unix.Syscall6(unix.SYS_STATMOUNT, uintptr(unsafe.Pointer(&req)), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0, 0)
+	if e != 0 {
+		return false, fmt.Errorf("statmount: %w", e)
+	}
+	if binary.NativeEndian.Uint64(buf[statmountMaskOff:])&statmountMntBasic == 0 {
+		return false, errors.New("statmount: no mount attributes")
+	}
+	return binary.NativeEndian.Uint64(buf[statmountAttrOff:])&unix.MOUNT_ATTR_IDMAP != 0, nil
 }
 
 // mountHasOption reports whether mount id's own options (the sixth field

@@ -1,8 +1,12 @@
 package lower
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -318,4 +322,72 @@ func TestOpenNoatime(t *testing.T) {
 	if a := atime("u/d"); a == 1e9 {
 		t.Errorf("a listing of an upper directory through the mount left its atime")
 	}
+}
+
+// TestStatmountIDMapped: statmount(2) and the mount table tell the same
+// of a mount that is not id-mapped, and of one that is (an id-mapped
+// bind of a temporary directory, where the kernel allows it).
+func TestStatmountIDMapped(t *testing.T) {
+	dir := t.TempDir()
+	check := func(path string, want bool) {
+		t.Helper()
+		var stx unix.Statx_t
+		if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_MNT_ID_UNIQUE, &stx); err != nil || stx.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
+			t.Skipf("no unique mount ids (Linux 6.8+): %v", err)
+		}
+		got, err := statmountIDMapped(stx.Mnt_id)
+		if errors.Is(err, unix.ENOSYS) {
+			t.Skip("no statmount(2) (Linux 6.8+)")
+		}
+		byTable, terr := idMappedByMountinfo(path)
+		if err != nil || terr != nil || got != want || byTable != want {
+			t.Errorf("%s: statmount says %v (%v), the mount table %v (%v); want %v", path, got, err, byTable, terr, want)
+		}
+	}
+	check(dir, false)
+	mapped, detach, err := idmappedBindForTest(dir)
+	if err != nil {
+		t.Skipf("no id-mapped bind: %v", err)
+	}
+	defer detach()
+	check(mapped, true)
+}
+
+// idmappedBindForTest attaches an id-mapped bind of dir (ids 0–999 shown
+// as 1000–1999) on a new directory, whose path it returns with its
+// detach.
+func idmappedBindForTest(dir string) (string, func(), error) {
+	sleep := exec.Command("sleep", "1000")
+	maps := []syscall.SysProcIDMap{{ContainerID: 0, HostID: 1000, Size: 1000}}
+	sleep.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER, UidMappings: maps, GidMappings: maps}
+	if err := sleep.Start(); err != nil {
+		return "", nil, err
+	}
+	ns, err := unix.Open("/proc/"+strconv.Itoa(sleep.Process.Pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	sleep.Process.Kill()
+	sleep.Wait()
+	if err != nil {
+		return "", nil, err
+	}
+	defer unix.Close(ns)
+	tree, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return "", nil, err
+	}
+	defer unix.Close(tree)
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(ns)}); err != nil {
+		return "", nil, err
+	}
+	path, err := os.MkdirTemp("", "idmapped")
+	if err != nil {
+		return "", nil, err
+	}
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, path, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		os.Remove(path)
+		return "", nil, err
+	}
+	return path, func() {
+		unix.Unmount(path, unix.MNT_DETACH)
+		os.Remove(path)
+	}, nil
 }

@@ -198,6 +198,11 @@ func whyNoStats(mnt string, owner int, err error) string {
 // one, when several are stacked), from /proc/self/mountinfo (proc(5)).
 func topMountAt(path string) (m mountEntry, mounted bool) {
 	mounts, _ := readMountinfo("/proc/self/mountinfo")
+	return topMountIn(mounts, path)
+}
+
+// topMountIn is topMountAt in the mount table mounts.
+func topMountIn(mounts []mountEntry, path string) (m mountEntry, mounted bool) {
 	for _, e := range mounts {
 		if e.mountpoint == path {
 			m, mounted = e, true

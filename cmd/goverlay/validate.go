@@ -104,10 +104,16 @@ func validate(c *config) error {
 	if err := checkOverlap(refs); err != nil {
 		return err
 	}
-	if err := checkKernelOverlays(c); err != nil {
+	// One read of the mount table for both checks: it grows with every
+	// mount on the host, and a mount server reads it for each mount.
+	mounts, err := readMountinfo(mountinfoPath)
+	if err != nil {
+		mounts = nil // no mount table to look at (no /proc): nothing to compare
+	}
+	if err := checkKernelOverlays(c, mounts); err != nil {
 		return err
 	}
-	if err := checkSameMount(c); err != nil {
+	if err := checkSameMount(c, mounts); err != nil {
 		return err
 	}
 	if c.Upper != "" {
@@ -445,8 +451,7 @@ func shellQuote(path string) string {
 	return "'" + strings.ReplaceAll(path, "'", `'\''`) + "'"
 }
 
-// mountinfoPath is where checkKernelOverlays reads the mount table; a hook
-// for tests.
+// mountinfoPath is where validate reads the mount table; a hook for tests.
 var mountinfoPath = "/proc/self/mountinfo"
 
 // checkKernelOverlays refuses an upperdir or workdir that a live kernel
@@ -456,13 +461,11 @@ var mountinfoPath = "/proc/self/mountinfo"
 // (EBUSY: "upperdir is in-use as upperdir/workdir of another mount").
 // Another goverlay is caught by the lock the mount takes on both
 // (upper.ErrInUse).
-func checkKernelOverlays(c *config) error {
+//
+// mounts is the mount table.
+func checkKernelOverlays(c *config, mounts []mountEntry) error {
 	if c.Upper == "" {
 		return nil
-	}
-	mounts, err := readMountinfo(mountinfoPath)
-	if err != nil {
-		return nil // no mount table to look at (no /proc): nothing to compare
 	}
 	ours := map[fileID]string{}
 	for _, r := range []layerRef{{"upperdir", c.Upper}, {"workdir", c.Work}} {
@@ -549,11 +552,13 @@ func waitReleased(mnt string, owner, pid int, d time.Duration) {
 // (upper.ErrInUse); this check is what catches a read-only one. A daemon
 // whose mount is gone is waited for instead: `umount; goverlay ...` run
 // back to back must work.
-func checkSameMount(c *config) error {
+//
+// mounts is the mount table.
+func checkSameMount(c *config, mounts []mountEntry) error {
 	// The daemon of a goverlay mount there runs as its owner or root;
 	// one just unmounted was, most likely, this user's.
 	owner := geteuid()
-	if m, ok := topMountAt(overlay.ResolveMountpoint(c.Mountpoint)); ok && m.fsType == "fuse.goverlay" {
+	if m, ok := topMountIn(mounts, overlay.ResolveMountpoint(c.Mountpoint)); ok && m.fsType == "fuse.goverlay" {
 		owner = m.owner()
 	}
 	s, err := overlay.ReadStats(c.Mountpoint, owner)
