@@ -2,9 +2,9 @@ package lower
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
-	"bytes"
 	"fmt"
 	"os"
 	"strconv"
@@ -127,7 +127,7 @@ const (
 func statmountIDMapped(id uint64) (bool, error) {
 	// struct mnt_id_req: size, spare, mnt_id, param.
 	req := struct {
-		size, spare uint32
+		size, spare  uint32
 		mntID, param uint64
 	}{size: mntIDReqSizeVer0, mntID: id, param: statmountMntBasic}
 	var buf [1024]byte
