@@ -1,8 +1,10 @@
 # goverlay: build, install and uninstall.
 #
-#   make                  build ./goverlay and ./goverlay-bench (goverlay bench
-#                         runs it), static, the version from git describe
-#   make install          install both and the man page (as root)
+#   make                  build ./goverlay, ./goverlay-bench (goverlay bench
+#                         runs it) and ./goverlay-mount (the shared server's
+#                         quick mount command), static, the version from
+#                         git describe
+#   make install          install the three and the man page (as root)
 #   make uninstall        remove what install put in place
 #   make man              regenerate docs/goverlay.1 from docs/goverlay.1.md
 #   make check            go vet and the test suite (as root: tests mount)
@@ -33,11 +35,12 @@ export CGO_ENABLED
 
 .PHONY: all install uninstall man check clean
 
-# BIN is where the build goes; BENCH beside it.
+# BIN is where the build goes; BENCH and MOUNT beside it.
 BIN     ?= goverlay
 BENCH   ?= $(dir $(BIN))goverlay-bench
+MOUNT   ?= $(dir $(BIN))goverlay-mount
 
-all: $(BIN) $(BENCH)
+all: $(BIN) $(BENCH) $(MOUNT)
 
 # Always rebuilt: go build knows what is stale.
 $(BIN): FORCE
@@ -46,17 +49,21 @@ $(BIN): FORCE
 $(BENCH): FORCE
 	$(GO) build -trimpath -o $@ ./cmd/goverlay-bench
 
+$(MOUNT): FORCE
+	$(GO) build -trimpath -o $@ ./cmd/goverlay-mount
+
 FORCE:
 
-install: $(BIN) $(BENCH) docs/goverlay.1
+install: $(BIN) $(BENCH) $(MOUNT) docs/goverlay.1
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1
 	install -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/goverlay
 	install -m 0755 $(BENCH) $(DESTDIR)$(BINDIR)/goverlay-bench
+	install -m 0755 $(MOUNT) $(DESTDIR)$(BINDIR)/goverlay-mount
 	install -m 0644 docs/goverlay.1 $(DESTDIR)$(MANDIR)/man1/goverlay.1
 	@test -n "$(DESTDIR)" || mandb -q >/dev/null 2>&1 || true
 
 uninstall:
-	rm -f $(DESTDIR)$(BINDIR)/goverlay $(DESTDIR)$(BINDIR)/goverlay-bench $(DESTDIR)$(MANDIR)/man1/goverlay.1
+	rm -f $(DESTDIR)$(BINDIR)/goverlay $(DESTDIR)$(BINDIR)/goverlay-bench $(DESTDIR)$(BINDIR)/goverlay-mount $(DESTDIR)$(MANDIR)/man1/goverlay.1
 	@test -n "$(DESTDIR)" || mandb -q >/dev/null 2>&1 || true
 
 man: FORCE
@@ -67,4 +74,4 @@ check:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 clean:
-	rm -f $(BIN) $(BENCH)
+	rm -f $(BIN) $(BENCH) $(MOUNT)

@@ -11,9 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/goverlay/goverlay/overlay/rundir"
 	"golang.org/x/sys/unix"
 )
 
@@ -180,15 +180,12 @@ func (f *FS) Stats() Stats {
 //
 // A live mount answers `goverlay stats` on a unix socket (unix(7)) named
 // after its mountpoint, in a directory only root or the daemon's user may
-// write (statsDir): no other user can take the name first, or answer in
+// write (rundir.Dir): no other user can take the name first, or answer in
 // the daemon's place. The daemon answers a peer whose SO_PEERCRED says
 // uid 0 or its own uid, and closes others' connections unanswered. The
 // client (ReadStats) takes an answer only from a peer of uid 0 or the
 // mount's owner, whose JSON names that peer's pid and the mountpoint
 // asked for.
-
-// statsRootDir holds the sockets of root's daemons.
-const statsRootDir = "/run/goverlay"
 
 // statsIOTimeout bounds each step of a conversation on the socket.
 const statsIOTimeout = 5 * time.Second
@@ -218,153 +215,6 @@ func resolveMountpoint(mountpoint string) string {
 	return abs
 }
 
-// statsDir is a directory for the sockets of one user's daemons: its path,
-// and whether others may read and search it (root's, in /run; a user's
-// must be private).
-type statsDir struct {
-	path   string
-	shared bool
-}
-
-// daemonStatsDir is where this process, running as uid, keeps its socket:
-// statsRootDir for root (of the initial user namespace);
-// $XDG_RUNTIME_DIR/goverlay when that directory is set and the user's
-// own; otherwise /tmp/goverlay-UID, named by the uid outside a user
-// namespace, so that two users' namespaces do not meet there.
-func daemonStatsDir(uid int) statsDir {
-	if d, ok := userStatsDir(uid, os.Getenv("XDG_RUNTIME_DIR")); ok {
-		return d
-	}
-	return tmpStatsDir(uid)
-}
-
-// userStatsDir is the directory of root's daemons (uid 0 of the initial
-// user namespace), or that in $XDG_RUNTIME_DIR when xdg is set and
-// belongs to uid.
-func userStatsDir(uid int, xdg string) (statsDir, bool) {
-	if uid == 0 && inInitialUserNS() {
-		return statsDir{path: statsRootDir, shared: true}, true
-	}
-	if filepath.IsAbs(xdg) && ownedDir(xdg, uid) {
-		return statsDir{path: filepath.Join(xdg, "goverlay")}, true
-	}
-	return statsDir{}, false
-}
-
-// tmpStatsDir is uid's directory in /tmp.
-func tmpStatsDir(uid int) statsDir {
-	return statsDir{path: "/tmp/goverlay-" + strconv.Itoa(hostUID(uid))}
-}
-
-// statsDirsOf lists where a daemon of the mount owner's may have its
-// socket, as seen by a client that may have another environment: in the
-// client's $XDG_RUNTIME_DIR, in the one pam_systemd gives the owner
-// (/run/user/UID), or in /tmp.
-func statsDirsOf(owner int) []statsDir {
-	var dirs []statsDir
-	if d, ok := userStatsDir(owner, os.Getenv("XDG_RUNTIME_DIR")); ok {
-		if d.shared {
-			return []statsDir{d}
-		}
-		dirs = append(dirs, d)
-	}
-	if run := "/run/user/" + strconv.Itoa(hostUID(owner)); ownedDir(run, owner) {
-		if d := filepath.Join(run, "goverlay"); len(dirs) == 0 || dirs[0].path != d {
-			dirs = append(dirs, statsDir{path: d})
-		}
-	}
-	return append(dirs, tmpStatsDir(owner))
-}
-
-// ownedDir reports whether path is a directory (not a symlink) of uid's
-// that no one else may write.
-func ownedDir(path string, uid int) bool {
-	var st unix.Stat_t
-	return unix.Lstat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && int(st.Uid) == uid && st.Mode&0o022 == 0
-}
-
-// openStatsDir opens d, a directory of uid's, making it (mode 0700) if
-// create is set and it is missing. It refuses a symlink, anything but a
-// directory, one of another owner, and one that group or others may write
-// (or, unless shared, read or search). The fd is what the socket is
-// reached through (statsPath), so the directory checked is the one used.
-func openStatsDir(d statsDir, uid int, create bool) (int, error) {
-	if create {
-		if err := unix.Mkdir(d.path, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
-			return -1, fmt.Errorf("cannot make %s: %w", d.path, err)
-		}
-	}
-	fd, err := unix.Open(d.path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-			return -1, fmt.Errorf("%s is not a directory (a symlink, or another file)", d.path)
-		}
-		return -1, &os.PathError{Op: "open", Path: d.path, Err: err}
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return -1, &os.PathError{Op: "fstat", Path: d.path, Err: err}
-	}
-	mask := uint32(0o077)
-	if d.shared {
-		mask = 0o022
-	}
-	switch {
-	case int(st.Uid) != uid:
-		err = fmt.Errorf("%s belongs to uid %d, not %d", d.path, st.Uid, uid)
-	case st.Mode&mask != 0:
-		err = fmt.Errorf("%s has mode %04o: others may use it", d.path, st.Mode&0o7777)
-	}
-	if err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	return fd, nil
-}
-
-// statsPath is the path of entry name of the directory open at dirfd,
-// through /proc/self/fd: short enough for sun_path, and no path can put
-// another directory in the place of the one checked.
-func statsPath(dirfd int, name string) string {
-	return "/proc/self/fd/" + strconv.Itoa(dirfd) + "/" + name
-}
-
-// inInitialUserNS reports whether this process is in the initial user
-// namespace (user_namespaces(7)).
-func inInitialUserNS() bool {
-	ns, err := os.Readlink("/proc/self/ns/user")
-	return err != nil || ns == initialUserNS
-}
-
-// hostUID maps uid of this process's user namespace to the parent
-// namespace's (uid itself where it is not mapped, or in the initial one).
-func hostUID(uid int) int {
-	b, err := os.ReadFile("/proc/self/uid_map")
-	if err != nil {
-		return uid
-	}
-	return mapUID(string(b), uid)
-}
-
-// mapUID maps uid through uidMap, a uid_map's text: lines of "ID-INSIDE
-// ID-OUTSIDE LENGTH" (user_namespaces(7)).
-func mapUID(uidMap string, uid int) int {
-	for _, line := range strings.Split(uidMap, "\n") {
-		f := strings.Fields(line)
-		if len(f) != 3 {
-			continue
-		}
-		in, e1 := strconv.ParseUint(f[0], 10, 32)
-		out, e2 := strconv.ParseUint(f[1], 10, 32)
-		n, e3 := strconv.ParseUint(f[2], 10, 32)
-		if e1 == nil && e2 == nil && e3 == nil && uid >= 0 && uint64(uid) >= in && uint64(uid)-in < n {
-			return int(out + uint64(uid) - in)
-		}
-	}
-	return uid
-}
-
 // statsServer is a mount's socket.
 type statsServer struct {
 	l     *net.UnixListener
@@ -381,15 +231,15 @@ type statsServer struct {
 // still exiting, is replaced.
 func (f *FS) serveStats(mountpoint string, pid int) (*statsServer, error) {
 	uid := os.Geteuid()
-	dir := daemonStatsDir(uid)
-	dirfd, err := openStatsDir(dir, uid, true)
+	dir := rundir.Own(uid)
+	dirfd, err := rundir.Open(dir, uid, true)
 	if err != nil {
 		return nil, fmt.Errorf("no stats socket (goverlay stats will not answer for %s): %w", mountpoint, err)
 	}
 	s := &statsServer{dirfd: dirfd, name: statsName(mountpoint)}
 	if err := s.listen(pid); err != nil {
 		unix.Close(dirfd)
-		return nil, fmt.Errorf("no stats socket (goverlay stats will not answer for %s): %s: %w", mountpoint, filepath.Join(dir.path, s.name), err)
+		return nil, fmt.Errorf("no stats socket (goverlay stats will not answer for %s): %s: %w", mountpoint, filepath.Join(dir.Path, s.name), err)
 	}
 	go func() {
 		for {
@@ -429,7 +279,7 @@ func (s *statsServer) listen(pid int) error {
 	tmp := s.name + "." + strconv.Itoa(pid)
 	// A daemon that died here, whose pid this one has now.
 	unix.Unlinkat(s.dirfd, tmp, 0)
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: statsPath(s.dirfd, tmp), Net: "unix"})
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: rundir.Path(s.dirfd, tmp), Net: "unix"})
 	if err != nil {
 		return err
 	}
@@ -519,7 +369,7 @@ func ReadStats(mountpoint string, owner int) (Stats, error) {
 		}
 		return 1
 	}
-	for _, d := range statsDirsOf(owner) {
+	for _, d := range rundir.Of(owner) {
 		s, err := readStatsIn(d, owner, mnt)
 		if err == nil {
 			return s, nil
@@ -533,16 +383,16 @@ func ReadStats(mountpoint string, owner int) (Stats, error) {
 
 // readStatsIn reads the counters from the socket of mnt in d, a
 // directory of owner's.
-func readStatsIn(d statsDir, owner int, mnt string) (Stats, error) {
+func readStatsIn(d rundir.Dir, owner int, mnt string) (Stats, error) {
 	var s Stats
-	dirfd, err := openStatsDir(d, owner, false)
+	dirfd, err := rundir.Open(d, owner, false)
 	if err != nil {
 		return s, err
 	}
 	defer unix.Close(dirfd)
 	name := statsName(mnt)
-	shown := filepath.Join(d.path, name)
-	c, err := net.DialTimeout("unix", statsPath(dirfd, name), statsIOTimeout)
+	shown := filepath.Join(d.Path, name)
+	c, err := net.DialTimeout("unix", rundir.Path(dirfd, name), statsIOTimeout)
 	if err != nil {
 		// The errno alone: the address is the /proc/self/fd path.
 		var errno unix.Errno

@@ -51,6 +51,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/goverlay/goverlay/overlay/rundir"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
@@ -177,7 +178,7 @@ func passthroughGrantable() (bool, string) {
 			return false, fmt.Sprintf("Linux %d.%d has no FUSE passthrough (6.9+)", maj, min)
 		}
 	}
-	if ns, err := os.Readlink("/proc/self/ns/user"); err == nil && ns != initialUserNS {
+	if !rundir.InInitialUserNS() {
 		return false, "not in the initial user namespace"
 	}
 	if !hasCapSysAdmin() {
@@ -185,10 +186,6 @@ func passthroughGrantable() (bool, string) {
 	}
 	return true, ""
 }
-
-// initialUserNS is the initial user namespace as /proc/PID/ns/user names
-// it (PROC_USER_INIT_INO, include/linux/proc_ns.h).
-const initialUserNS = "user:[4026531837]"
 
 // hasCapSysAdmin reads CAP_SYS_ADMIN from the effective set.
 func hasCapSysAdmin() bool {

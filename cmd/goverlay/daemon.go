@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/cmd/internal/mountclient"
 )
 
 // Going to the background.
@@ -64,7 +65,7 @@ func startDaemon(cfg *config, stderr io.Writer) int {
 	msg, _ := io.ReadAll(io.LimitReader(r, 64<<10))
 	r.Close()
 
-	code, text, ok := parseReport(msg)
+	code, text, ok := mountclient.ParseReport(msg)
 	switch {
 	case !ok:
 		werr := cmd.Wait()
@@ -111,26 +112,6 @@ func closeInheritedOnExec() {
 			unix.CloseOnExec(fd)
 		}
 	}
-}
-
-// parseReport decodes the child's report; ok is false when there is none.
-func parseReport(msg []byte) (code int, text string, ok bool) {
-	if string(msg) == "ok\n" {
-		return exitOK, "", true
-	}
-	rest, found := bytes.CutPrefix(msg, []byte("fail "))
-	if !found {
-		return 0, "", false
-	}
-	num, text2, found := bytes.Cut(rest, []byte("\n"))
-	if !found {
-		return 0, "", false
-	}
-	code, err := strconv.Atoi(string(num))
-	if err != nil || code <= exitOK || code > 255 {
-		return 0, "", false
-	}
-	return code, string(text2), true
 }
 
 // daemonPipe returns the report pipe if this process is the background

@@ -7,32 +7,9 @@ import (
 	"os"
 	"strconv"
 	"testing"
-)
 
-func TestParseReport(t *testing.T) {
-	for _, tc := range []struct {
-		msg  string
-		code int
-		text string
-		ok   bool
-	}{
-		{"ok\n", exitOK, "", true},
-		{"fail 2\nlowerdir /x does not exist", 2, "lowerdir /x does not exist", true},
-		{"fail 4\n", 4, "", true},
-		{"", 0, "", false},          // the child died
-		{"ok", 0, "", false},        // truncated
-		{"fail 0\nx", 0, "", false}, // failure with success code
-		{"fail 300\nx", 0, "", false},
-		{"fail x\ny", 0, "", false},
-		{"fail 2", 0, "", false},
-		{"panic: boom", 0, "", false},
-	} {
-		code, text, ok := parseReport([]byte(tc.msg))
-		if code != tc.code || text != tc.text || ok != tc.ok {
-			t.Errorf("parseReport(%q) = %d %q %v, want %d %q %v", tc.msg, code, text, ok, tc.code, tc.text, tc.ok)
-		}
-	}
-}
+	"github.com/goverlay/goverlay/cmd/internal/mountclient"
+)
 
 // TestReporterRoundTrip checks that what the child writes is what the
 // parent decodes.
@@ -48,7 +25,7 @@ func TestReporterRoundTrip(t *testing.T) {
 		t.Errorf("fail returned %d", code)
 	}
 	msg, _ := io.ReadAll(r)
-	gotCode, text, ok := parseReport(msg)
+	gotCode, text, ok := mountclient.ParseReport(msg)
 	if !ok || gotCode != exitBadLayer || text != "lowerdir /x does not exist; create it or fix the path" {
 		t.Errorf("decoded %d %q %v from %q", gotCode, text, ok, msg)
 	}

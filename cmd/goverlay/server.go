@@ -17,7 +17,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goverlay/goverlay/cmd/internal/mountclient"
 	"github.com/goverlay/goverlay/overlay"
+	"github.com/goverlay/goverlay/overlay/rundir"
 )
 
 // The shared mount server (-o daemon=shared).
@@ -32,7 +34,7 @@ import (
 // the command that started it, so there is one per user namespace and
 // mount namespace (and per goverlay binary: another build is another
 // server), its socket in the user's runtime directory
-// (overlay.RuntimeDir), which no other user may write:
+// (rundir.Runtime), which no other user may write:
 //
 //	server-USERNS-MNTNS-DEV-INO.sock  the listening socket
 //	server-USERNS-MNTNS-DEV-INO.lock  flock(2)ed around connecting and exiting
@@ -66,28 +68,6 @@ const (
 	serverReadTimeout = 10 * time.Second
 )
 
-// serverRequest is what the command sends: its arguments, and its working
-// directory, against which relative paths resolve.
-type serverRequest struct {
-	Args []string `json:"args"`
-	Cwd  string   `json:"cwd"`
-}
-
-// serverName names this process's server's socket and lock (without
-// their suffixes): its user and mount namespaces and its binary.
-func serverName() (string, error) {
-	var user, mnt, exe unix.Stat_t
-	for _, s := range []struct {
-		path string
-		st   *unix.Stat_t
-	}{{"/proc/self/ns/user", &user}, {"/proc/self/ns/mnt", &mnt}, {"/proc/self/exe", &exe}} {
-		if err := unix.Stat(s.path, s.st); err != nil {
-			return "", &os.PathError{Op: "stat", Path: s.path, Err: err}
-		}
-	}
-	return fmt.Sprintf("server-%d-%d-%x-%x", user.Ino, mnt.Ino, exe.Dev, exe.Ino), nil
-}
-
 // mountShared is the command's side: it has the user's server mount
 // args, starting the server if there is none, and returns the exit code.
 func mountShared(args []string, stderr io.Writer) int {
@@ -98,13 +78,11 @@ func mountShared(args []string, stderr io.Writer) int {
 	}
 	defer conn.Close()
 	wd, _ := os.Getwd() // "" makes a relative path an error in the server
-	if err := json.NewEncoder(conn).Encode(serverRequest{Args: args, Cwd: wd}); err != nil {
+	_, code, text, ok, err := mountclient.Ask(conn, mountclient.Request{Args: args, Cwd: wd})
+	switch {
+	case err != nil:
 		fmt.Fprintf(stderr, "goverlay: daemon=shared: cannot send the mount to the server: %v; nothing is mounted\n", err)
 		return exitDaemon
-	}
-	msg, _ := io.ReadAll(io.LimitReader(conn, 64<<10))
-	code, text, ok := parseReport(msg)
-	switch {
 	case !ok:
 		fmt.Fprintf(stderr, "goverlay: daemon=shared: the mount server ended before the mount was live; see %s, or mount with -f to see why\n", logPath)
 		return exitDaemon
@@ -117,23 +95,22 @@ func mountShared(args []string, stderr io.Writer) int {
 // dialServer connects to the user's server, starting it if none answers.
 // It also returns the path of the server's log.
 func dialServer() (*os.File, string, error) {
-	dir, err := overlay.RuntimeDir()
+	dir, err := rundir.Runtime()
 	if err != nil {
 		return nil, "", fmt.Errorf("no directory for the mount server's socket: %w", err)
 	}
 	defer dir.Close()
-	name, err := serverName()
+	name, err := mountclient.Name("/proc/self/exe")
 	if err != nil {
 		return nil, "", err
 	}
 	logPath := filepath.Join(dir.Name(), name+".log")
-	unlock, err := lockServer(dir, name)
+	unlock, err := mountclient.Lock(dir, name)
 	if err != nil {
 		return nil, "", err
 	}
 	defer unlock()
-	sock := overlay.SocketPath(dir, name+".sock")
-	conn, err := connectUnix(sock)
+	conn, err := mountclient.Connect(dir, name)
 	if err == nil {
 		return conn, logPath, nil
 	}
@@ -143,37 +120,10 @@ func dialServer() (*os.File, string, error) {
 	if err := startServer(dir, name); err != nil {
 		return nil, "", err
 	}
-	if conn, err = connectUnix(sock); err != nil {
+	if conn, err = mountclient.Connect(dir, name); err != nil {
 		return nil, "", fmt.Errorf("cannot reach the mount server just started at %s: %w", filepath.Join(dir.Name(), name+".sock"), err)
 	}
 	return conn, logPath, nil
-}
-
-// lockServer takes the lock of server name in dir and returns its
-// release.
-func lockServer(dir *os.File, name string) (func(), error) {
-	fd, err := unix.Openat(int(dir.Fd()), name+".lock", unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("cannot open the mount server's lock %s: %w", filepath.Join(dir.Name(), name+".lock"), err)
-	}
-	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("cannot lock %s: %w", filepath.Join(dir.Name(), name+".lock"), err)
-	}
-	return func() { unix.Close(fd) }, nil
-}
-
-// connectUnix connects a stream socket to path.
-func connectUnix(path string) (*os.File, error) {
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: path}); err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), "mount-server"), nil
 }
 
 // startServer listens on server name's socket in dir (replacing a stale
@@ -189,7 +139,7 @@ func startServer(dir *os.File, name string) error {
 	}
 	ln := os.NewFile(uintptr(fd), "mount-server-listener")
 	defer ln.Close() // the server holds its own copy
-	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: overlay.SocketPath(dir, sockName)}); err != nil {
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: rundir.SocketPath(dir, sockName)}); err != nil {
 		return fmt.Errorf("cannot bind %s: %w", filepath.Join(dir.Name(), sockName), err)
 	}
 	if err := unix.Listen(fd, 128); err != nil {
@@ -262,7 +212,7 @@ func runServer(args []string, stderr io.Writer) int {
 	_ = os.WriteFile("/proc/self/comm", []byte("goverlay"), 0)
 	// What goes wrong before the first mount goes to stderr, the log
 	// beside the socket; the waiting command sees the server end.
-	name, err := serverName()
+	name, err := mountclient.Name("/proc/self/exe")
 	if err != nil {
 		fmt.Fprintf(stderr, "goverlay: %s: %v\n", serverCommand, err)
 		return exitDaemon
@@ -364,7 +314,7 @@ func (s *server) exit() bool {
 	if busy {
 		return false
 	}
-	unlock, err := lockServer(s.dir, s.name)
+	unlock, err := mountclient.Lock(s.dir, s.name)
 	if err != nil {
 		// Without the lock a command may be connecting now: stay.
 		return false
@@ -433,7 +383,7 @@ func (s *server) handle(c *net.UnixConn) {
 	defer c.Close()
 	rep := &reporter{pipe: c, stderr: io.Discard, shared: true}
 	c.SetReadDeadline(time.Now().Add(serverReadTimeout))
-	var req serverRequest
+	var req mountclient.Request
 	err := json.NewDecoder(io.LimitReader(c, 1<<20)).Decode(&req)
 	c.SetReadDeadline(time.Time{})
 	if err != nil {
@@ -465,6 +415,11 @@ func (s *server) handle(c *net.UnixConn) {
 	if err != nil {
 		rep.fail(err)
 		return
+	}
+	if req.Warn {
+		// goverlay-mount does not parse its arguments: it prints the
+		// warnings the server sends it.
+		mountclient.WriteWarnings(c, cfg.Warnings)
 	}
 	if err := validate(cfg); err != nil {
 		rep.fail(err)

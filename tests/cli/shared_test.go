@@ -293,3 +293,110 @@ func TestSharedDaemonByHand(t *testing.T) {
 		t.Errorf("goverlay mount-server: %s; want a usage error", r)
 	}
 }
+
+// TestGoverlayMount: goverlay-mount mounts through the shared server, as
+// goverlay -o daemon=shared does. The first mount starts the server (it
+// runs goverlay); the next is sent to it, with the server's warnings and
+// failures printed by goverlay-mount, relative paths resolved against its
+// directory; a command line that is not -o options and a mountpoint is
+// goverlay's. The server exits with the last mount. Not parallel: the
+// server is the one TestSharedDaemon follows.
+func TestGoverlayMount(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.LeakCheck(t)
+	bin := testutil.MountBinary(t)
+	socketsBefore := serverSockets(t)
+	plain := func(m sharedMount, extra string) []string {
+		return []string{"-o", "lowerdir=" + m.lower + ",upperdir=" + m.upper + ",workdir=" + filepath.Join(filepath.Dir(m.upper), "work") + extra, m.mnt}
+	}
+	run := func(dir string, args ...string) testutil.Result {
+		t.Helper()
+		return testutil.RunIn(t, cmdTimeout, dir, nil, bin, args...)
+	}
+	live := func(m sharedMount, name string) {
+		t.Helper()
+		if data, err := os.ReadFile(filepath.Join(m.mnt, "file")); err != nil || string(data) != name+"\n" {
+			t.Fatalf("read %s right after goverlay-mount: %q, %v; want %q", m.mnt, data, err, name+"\n")
+		}
+	}
+
+	first, second := newSharedMount(t, "first"), newSharedMount(t, "second")
+	if r := run("/", plain(first, "")...); r.Code != 0 {
+		t.Fatalf("goverlay-mount with no server: %s", r)
+	}
+	live(first, "first")
+	var sock string
+	for _, name := range serverSockets(t) {
+		if !slices.Contains(socketsBefore, name) {
+			sock = name
+		}
+	}
+	if sock == "" {
+		t.Fatalf("goverlay-mount started no server in /run/goverlay")
+	}
+	r := run("/", plain(second, ",bogus")...)
+	if r.Code != 0 || !strings.Contains(r.Stderr, `unknown option "bogus" ignored`) {
+		t.Fatalf("goverlay-mount with an unknown option: %s; want exit 0 and the warning", r)
+	}
+	live(second, "second")
+	if now := serverSockets(t); len(now) != len(socketsBefore)+1 {
+		t.Errorf("server sockets %v after two mounts, before %v: want one server", now, socketsBefore)
+	}
+
+	// A refused mount: goverlay's message and exit code, nothing mounted.
+	bad := newSharedMount(t, "bad")
+	args := plain(bad, "")
+	args[1] = strings.Replace(args[1], "lowerdir="+bad.lower, "lowerdir="+bad.lower+"-missing", 1)
+	if r := run("/", args...); r.Code != 2 || !strings.Contains(r.Stderr, "does not exist") {
+		t.Errorf("goverlay-mount with a missing lowerdir: %s; want exit 2 saying it does not exist", r)
+	}
+	if testutil.IsMounted(bad.mnt) {
+		t.Errorf("%s is mounted after a refused mount", bad.mnt)
+	}
+
+	// Relative paths are the command's.
+	rel := newSharedMount(t, "rel")
+	if r := run(filepath.Dir(rel.mnt), "-o", "lowerdir=lower,upperdir=upper,workdir=work", "mnt"); r.Code != 0 {
+		t.Fatalf("goverlay-mount with relative paths: %s", r)
+	}
+	live(rel, "rel")
+
+	// Anything else is goverlay's.
+	if r := run("/", "--help"); r.Code != 0 || !strings.Contains(r.Stdout, "lowerdir") {
+		t.Errorf("goverlay-mount --help: %s; want goverlay's help", r)
+	}
+	if r := run("/", "-o", "lowerdir=/x"); r.Code != 1 {
+		t.Errorf("goverlay-mount without a mountpoint: %s; want goverlay's usage error (exit 1)", r)
+	}
+
+	// The server ends with its last mount.
+	pidOf := func() int {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			if exe, _ := os.Readlink("/proc/" + e.Name() + "/exe"); exe == testutil.Binary(t) && strings.Contains(string(cmdline), "mount-server") {
+				pid, _ := strconv.Atoi(e.Name())
+				return pid
+			}
+		}
+		return 0
+	}
+	pid := pidOf()
+	if pid == 0 {
+		t.Fatalf("no mount server runs %s", testutil.Binary(t))
+	}
+	server, err := testutil.Track(pid, t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []sharedMount{first, second, rel} {
+		unmountShared(t, m.mnt)
+	}
+	if !server.Wait(testutil.DaemonExitTimeout) {
+		server.Kill()
+		t.Fatalf("the server still runs %v after its last mount ended", testutil.DaemonExitTimeout)
+	}
+	if _, err := os.Stat(filepath.Join("/run/goverlay", sock)); !os.IsNotExist(err) {
+		t.Errorf("the server's socket %s is left behind (%v)", sock, err)
+	}
+}

@@ -27,6 +27,10 @@ var (
 
 	helpOnce sync.Once
 	helpText string
+
+	mountOnce sync.Once
+	mountBin  string
+	mountErr  string
 )
 
 // ModuleRoot is the directory holding go.mod of the module under test.
@@ -92,6 +96,38 @@ func Binary(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return builtBinary()
+}
+
+// MountBinary builds ./cmd/goverlay-mount beside Binary's goverlay, which
+// it runs, once per test process, and returns its path. With
+// GOVERLAY_TEST_BINARY it is the goverlay-mount beside that binary.
+func MountBinary(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(filepath.Dir(Binary(t)), "goverlay-mount")
+	mountOnce.Do(func() {
+		if os.Getenv("GOVERLAY_TEST_BINARY") != "" {
+			if _, err := os.Stat(bin); err != nil {
+				mountErr = fmt.Sprintf("no goverlay-mount beside GOVERLAY_TEST_BINARY: %v", err)
+			}
+			return
+		}
+		root, err := moduleRoot()
+		if err != nil {
+			mountErr = err.Error()
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/goverlay-mount")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			mountErr = "go build ./cmd/goverlay-mount: " + err.Error() + "\n" + string(out)
+		}
+	})
+	if mountErr != "" {
+		t.Fatal(mountErr)
+	}
+	return bin
 }
 
 func setBuilt(bin string) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -53,6 +54,12 @@ func (r Result) StderrLines() []string {
 // waiting. env entries are added to the environment.
 func Run(t testing.TB, timeout time.Duration, env []string, name string, args ...string) Result {
 	t.Helper()
+	return RunIn(t, timeout, "", env, name, args...)
+}
+
+// RunIn is Run in the working directory wd ("" for this process's).
+func RunIn(t testing.TB, timeout time.Duration, wd string, env []string, name string, args ...string) Result {
+	t.Helper()
 	dir := t.TempDir()
 	outF, err := os.CreateTemp(dir, "stdout")
 	if err != nil {
@@ -69,7 +76,9 @@ func Run(t testing.TB, timeout time.Duration, env []string, name string, args ..
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Stdout, cmd.Stderr = outF, errF
 	cmd.Env = append(os.Environ(), env...)
-	if mounts := name == builtBinary() && (len(args) == 0 || args[0] != "bench"); mounts {
+	cmd.Dir = wd
+	goverlay := builtBinary()
+	if mounts := goverlay != "" && (name == goverlay || name == filepath.Join(filepath.Dir(goverlay), "goverlay-mount")) && (len(args) == 0 || args[0] != "bench"); mounts {
 		// The binary may mount: not while another test offers
 		// io_uring. The bench, which mounts and offers io_uring
 		// itself, does not wait.
