@@ -16,7 +16,7 @@ import (
 const installTimeout = 5 * time.Minute
 
 // TestMakeInstall: make install puts goverlay, statically linked,
-// goverlay-bench and the man page under DESTDIR, where mount(8) (through
+// goverlay-bench, goverlay-mount and the man page under DESTDIR, where mount(8) (through
 // mount.fuse3) and man(1) find them; the binary says which commit it was
 // built from; make uninstall removes them.
 func TestMakeInstall(t *testing.T) {
@@ -36,7 +36,7 @@ func TestMakeInstall(t *testing.T) {
 	}
 	installed := filepath.Join(dest, "usr/local/bin/goverlay")
 	page := filepath.Join(dest, "usr/local/share/man/man1/goverlay.1")
-	for _, p := range []string{installed, filepath.Join(dest, "usr/local/bin/goverlay-bench"), page} {
+	for _, p := range []string{installed, filepath.Join(dest, "usr/local/bin/goverlay-bench"), filepath.Join(dest, "usr/local/bin/goverlay-mount"), page} {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("make install did not install %s: %v", p, err)
 		}
@@ -107,7 +107,7 @@ func TestMakeInstall(t *testing.T) {
 	if r.Code != 0 {
 		t.Fatalf("make uninstall: %s", r)
 	}
-	for _, p := range []string{installed, filepath.Join(dest, "usr/local/bin/goverlay-bench"), page} {
+	for _, p := range []string{installed, filepath.Join(dest, "usr/local/bin/goverlay-bench"), filepath.Join(dest, "usr/local/bin/goverlay-mount"), page} {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("make uninstall left %s (%v)", p, err)
 		}
