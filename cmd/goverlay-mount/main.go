@@ -25,10 +25,6 @@ import (
 	"github.com/goverlay/goverlay/overlay/rundir"
 )
 
-// exitDaemon is goverlay's exit code when the mount's process (here, the
-// server) could not report (goverlay(1), EXIT STATUS).
-const exitDaemon = 5
-
 func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
@@ -37,7 +33,7 @@ func run(args []string, stderr io.Writer) int {
 	full, err := goverlayBinary()
 	if err != nil {
 		fmt.Fprintf(stderr, "goverlay-mount: %v; it runs the goverlay installed beside it\n", err)
-		return exitDaemon
+		return mountclient.ExitDaemon
 	}
 	if !plainMount(args) {
 		return execGoverlay(full, args, stderr)
@@ -50,21 +46,7 @@ func run(args []string, stderr io.Writer) int {
 	}
 	defer conn.Close()
 	wd, _ := os.Getwd() // "" makes a relative path an error in the server
-	warnings, code, text, ok, err := mountclient.Ask(conn, mountclient.Request{Args: args, Cwd: wd, Warn: true})
-	for _, w := range warnings {
-		fmt.Fprintf(stderr, "goverlay: %s\n", w)
-	}
-	switch {
-	case err != nil:
-		fmt.Fprintf(stderr, "goverlay: daemon=shared: cannot send the mount to the server: %v; nothing is mounted\n", err)
-		return exitDaemon
-	case !ok:
-		fmt.Fprintf(stderr, "goverlay: daemon=shared: the mount server ended before the mount was live; see %s, or mount with goverlay -f to see why\n", logPath)
-		return exitDaemon
-	case code != 0:
-		fmt.Fprintf(stderr, "goverlay: %s\n", text)
-	}
-	return code
+	return mountclient.Mount(conn, mountclient.Request{Args: args, Cwd: wd, Warn: true}, logPath, stderr)
 }
 
 // goverlayBinary is the goverlay beside this program (symlinks to it
@@ -141,5 +123,5 @@ func execGoverlay(full string, args []string, stderr io.Writer) int {
 		err = fmt.Errorf("%s is gone", full)
 	}
 	fmt.Fprintf(stderr, "goverlay-mount: cannot run %s: %v\n", full, err)
-	return exitDaemon
+	return mountclient.ExitDaemon
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/cmd/internal/mountclient"
 )
 
 func TestFailf(t *testing.T) {
@@ -26,5 +28,13 @@ func TestFailf(t *testing.T) {
 	}
 	if exitCodeOf(nil) != exitOK || exitCodeOf(errors.New("x")) != exitMount {
 		t.Errorf("exitCodeOf defaults")
+	}
+}
+
+// TestExitDaemonShared: goverlay-mount exits with goverlay's code when the
+// server cannot report.
+func TestExitDaemonShared(t *testing.T) {
+	if mountclient.ExitDaemon != exitDaemon {
+		t.Errorf("mountclient.ExitDaemon is %d, goverlay's exitDaemon %d", mountclient.ExitDaemon, exitDaemon)
 	}
 }

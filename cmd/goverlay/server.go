@@ -78,18 +78,7 @@ func mountShared(args []string, stderr io.Writer) int {
 	}
 	defer conn.Close()
 	wd, _ := os.Getwd() // "" makes a relative path an error in the server
-	_, code, text, ok, err := mountclient.Ask(conn, mountclient.Request{Args: args, Cwd: wd})
-	switch {
-	case err != nil:
-		fmt.Fprintf(stderr, "goverlay: daemon=shared: cannot send the mount to the server: %v; nothing is mounted\n", err)
-		return exitDaemon
-	case !ok:
-		fmt.Fprintf(stderr, "goverlay: daemon=shared: the mount server ended before the mount was live; see %s, or mount with -f to see why\n", logPath)
-		return exitDaemon
-	case code != exitOK:
-		fmt.Fprintf(stderr, "goverlay: %s\n", text)
-	}
-	return code
+	return mountclient.Mount(conn, mountclient.Request{Args: args, Cwd: wd}, logPath, stderr)
 }
 
 // dialServer connects to the user's server, starting it if none answers.

@@ -96,6 +96,32 @@ func Ask(conn io.ReadWriter, req Request) (warnings []string, code int, text str
 	return warnings, code, text, ok, nil
 }
 
+// ExitDaemon is goverlay's exit code when the mount's process (here, the
+// server) could not report (goverlay(1), EXIT STATUS).
+const ExitDaemon = 5
+
+// Mount asks the server on conn for req's mount and prints what the
+// command prints: the warnings, and the failure, "goverlay: MESSAGE"; a
+// server that ends without a report is sent to its log, logPath. It
+// returns the command's exit code.
+func Mount(conn io.ReadWriter, req Request, logPath string, stderr io.Writer) int {
+	warnings, code, text, ok, err := Ask(conn, req)
+	for _, w := range warnings {
+		fmt.Fprintf(stderr, "goverlay: %s\n", w)
+	}
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "goverlay: daemon=shared: cannot send the mount to the server: %v; nothing is mounted\n", err)
+		return ExitDaemon
+	case !ok:
+		fmt.Fprintf(stderr, "goverlay: daemon=shared: the mount server ended before the mount was live; see %s, or mount with goverlay -f to see why\n", logPath)
+		return ExitDaemon
+	case code != 0:
+		fmt.Fprintf(stderr, "goverlay: %s\n", text)
+	}
+	return code
+}
+
 // WriteWarnings writes the warnings as Ask reads them, one per line.
 func WriteWarnings(w io.Writer, warnings []string) error {
 	bw := bufio.NewWriter(w)
