@@ -36,8 +36,10 @@ type Options struct {
 	stallTick time.Duration
 }
 
-// Server is a mounted filesystem: go-fuse's server reading /dev/fuse, and
-// the io_uring queues when the kernel took them. The embedded server's
+// Server is a mounted filesystem: go-fuse's server, which answers INIT
+// and sends the notifications; the inline readers serving /dev/fuse, or
+// the io_uring queues when the kernel took them (go-fuse's readers then
+// serve what still comes through /dev/fuse). The embedded server's
 // methods (Wait, KernelSettings, the notifications) are go-fuse's;
 // Unmount is the Server's own (mount.go).
 type Server struct {

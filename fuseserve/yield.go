@@ -10,10 +10,10 @@ import (
 
 // The /dev/fuse readers and the Go scheduler.
 //
-// go-fuse reads /dev/fuse with up to GOMAXPROCS readers, each waiting for
-// its next request in read(2) holding its P, and two behaviours of the Go
-// runtime's sysmon make that costly: addSpareProcs and yield work around
-// them.
+// A reader of /dev/fuse (the inline one, or go-fuse's up to GOMAXPROCS
+// under io_uring) waits for its next request in read(2) holding its P,
+// and two behaviours of the Go runtime's sysmon make that costly:
+// addSpareProcs and yield work around them.
 
 // addSpareProcs gives the Go scheduler two Ps more than go-fuse has
 // readers. Each reader waits for the next request in read(/dev/fuse)
@@ -34,8 +34,8 @@ func addSpareProcs() {
 
 // Keeping the Go runtime's sysmon asleep.
 //
-// go-fuse serves a request in the goroutine that read it from /dev/fuse,
-// and that goroutine then reads the next one: a busy reader runs request
+// A reader serves a request in the goroutine that read it from
+// /dev/fuse, and that goroutine then reads the next one: a busy reader runs request
 // after request without ever passing through the scheduler, so the
 // schedtick of its P does not move. The runtime's sysmon takes that for
 // a goroutine running too long: once a P's schedtick has not changed for
