@@ -280,6 +280,11 @@ func (b *bencher) newStore(ctx context.Context, inst *instance, cl *cleanups) (*
 		}
 	case kindGoverlay:
 		prog = t.binary(b.cfg)
+		if t.mountCmd {
+			if prog, err = b.mountCopy(prog); err != nil {
+				return nil, err
+			}
+		}
 		if t.rootless {
 			env, err := b.rootlessSetup()
 			if err != nil {
