@@ -2,8 +2,8 @@
 #
 #   make                  build ./goverlay, ./goverlay-bench (goverlay bench
 #                         runs it) and ./goverlay-mount (the shared server's
-#                         quick mount command), static, the version from
-#                         git describe
+#                         quick mount command, in C: it needs cc), static,
+#                         the version from git describe
 #   make install          install the three and the man page (as root)
 #   make uninstall        remove what install put in place
 #   make man              regenerate docs/goverlay.1 from docs/goverlay.1.md
@@ -25,6 +25,8 @@ MANDIR  ?= $(PREFIX)/share/man
 DESTDIR ?=
 
 GO      ?= go
+CC      ?= cc
+CFLAGS  ?= -O2 -Wall -Wextra
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
 
@@ -49,8 +51,10 @@ $(BIN): FORCE
 $(BENCH): FORCE
 	$(GO) build -trimpath -o $@ ./cmd/goverlay-bench
 
-$(MOUNT): FORCE
-	$(GO) build -trimpath -o $@ ./cmd/goverlay-mount
+# goverlay-mount is C: it starts in 2 ms, a Go program in 5 (its source
+# says why). Static for the same reason as goverlay.
+$(MOUNT): cmd/goverlay-mount/goverlay-mount.c
+	$(CC) $(CFLAGS) -static -o $@ cmd/goverlay-mount/goverlay-mount.c
 
 FORCE:
 

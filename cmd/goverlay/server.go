@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -372,8 +371,7 @@ func (s *server) handle(c *net.UnixConn) {
 	defer c.Close()
 	rep := &reporter{pipe: c, stderr: io.Discard, shared: true}
 	c.SetReadDeadline(time.Now().Add(serverReadTimeout))
-	var req mountclient.Request
-	err := json.NewDecoder(io.LimitReader(c, 1<<20)).Decode(&req)
+	req, err := mountclient.ReadRequest(c)
 	c.SetReadDeadline(time.Time{})
 	if err != nil {
 		rep.fail(failf(exitDaemon, "the mount server could not read the request: %w", err))

@@ -334,11 +334,18 @@ func TestGoverlayMount(t *testing.T) {
 	if sock == "" {
 		t.Fatalf("goverlay-mount started no server in /run/goverlay")
 	}
-	r := run("/", plain(second, ",bogus")...)
+	// The server runs: goverlay-mount sends it the mount itself,
+	// executing nothing (strace sees one execve, its own), and prints
+	// the warning the server sends back.
+	trace := filepath.Join(t.TempDir(), "trace")
+	r := testutil.RunIn(t, cmdTimeout, "/", nil, "strace", append([]string{"-f", "-qq", "-e", "trace=execve", "-o", trace, bin}, plain(second, ",bogus")...)...)
 	if r.Code != 0 || !strings.Contains(r.Stderr, `unknown option "bogus" ignored`) {
 		t.Fatalf("goverlay-mount with an unknown option: %s; want exit 0 and the warning", r)
 	}
 	live(second, "second")
+	if tr, err := os.ReadFile(trace); err != nil || strings.Count(string(tr), "execve(") != 1 {
+		t.Errorf("goverlay-mount with the server running executed (strace: %q, %v); want only its own execve", tr, err)
+	}
 	if now := serverSockets(t); len(now) != len(socketsBefore)+1 {
 		t.Errorf("server sockets %v after two mounts, before %v: want one server", now, socketsBefore)
 	}

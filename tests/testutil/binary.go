@@ -98,9 +98,10 @@ func Binary(t testing.TB) string {
 	return builtBinary()
 }
 
-// MountBinary builds ./cmd/goverlay-mount beside Binary's goverlay, which
-// it runs, once per test process, and returns its path. With
-// GOVERLAY_TEST_BINARY it is the goverlay-mount beside that binary.
+// MountBinary compiles goverlay-mount (C, cmd/goverlay-mount) beside
+// Binary's goverlay, which it runs, once per test process, and returns its
+// path. With GOVERLAY_TEST_BINARY it is the goverlay-mount beside that
+// binary. $CC is the compiler (cc by default).
 func MountBinary(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(filepath.Dir(Binary(t)), "goverlay-mount")
@@ -116,12 +117,18 @@ func MountBinary(t testing.TB) string {
 			mountErr = err.Error()
 			return
 		}
+		cc := os.Getenv("CC")
+		if cc == "" {
+			cc = "cc"
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/goverlay-mount")
+		// The Makefile's flags but -static, which needs libc.a; warnings
+		// are errors here.
+		cmd := exec.CommandContext(ctx, cc, "-O2", "-Wall", "-Wextra", "-Werror", "-o", bin, "cmd/goverlay-mount/goverlay-mount.c")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			mountErr = "go build ./cmd/goverlay-mount: " + err.Error() + "\n" + string(out)
+			mountErr = fmt.Sprintf("%s cmd/goverlay-mount/goverlay-mount.c (goverlay-mount is C: a C compiler is needed): %v\n%s", cc, err, out)
 		}
 	})
 	if mountErr != "" {

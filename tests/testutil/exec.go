@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,7 +79,9 @@ func RunIn(t testing.TB, timeout time.Duration, wd string, env []string, name st
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Dir = wd
 	goverlay := builtBinary()
-	if mounts := goverlay != "" && (name == goverlay || name == filepath.Join(filepath.Dir(goverlay), "goverlay-mount")) && (len(args) == 0 || args[0] != "bench"); mounts {
+	mountCmd := filepath.Join(filepath.Dir(goverlay), "goverlay-mount")
+	traced := name == "strace" && slices.Contains(args, mountCmd)
+	if mounts := goverlay != "" && (name == goverlay || name == mountCmd || traced) && (len(args) == 0 || args[0] != "bench"); mounts {
 		// The binary may mount: not while another test offers
 		// io_uring. The bench, which mounts and offers io_uring
 		// itself, does not wait.

@@ -1,14 +1,14 @@
 // Package mountclient is the command's side of the shared mount server
 // (goverlay -o daemon=shared): the server's name, its lock and socket,
-// the request and the report. goverlay and goverlay-mount both use it;
-// it imports nothing that goverlay-mount's start would pay for (no FUSE
-// library, none of the overlay's packages).
+// the request and the report. goverlay uses it, and goverlay-mount (a C
+// program, cmd/goverlay-mount) speaks the same protocol; the tests hold
+// the two to it.
 package mountclient
 
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -26,9 +26,84 @@ import (
 // sends the arguments' warnings back (Ask), for a command that did not
 // parse them itself.
 type Request struct {
-	Args []string `json:"args"`
-	Cwd  string   `json:"cwd"`
-	Warn bool     `json:"warn,omitempty"`
+	Args []string
+	Cwd  string
+	Warn bool
+}
+
+// RequestMagic is a request's first field: a server reading anything
+// else was sent it by another build's command.
+const RequestMagic = "goverlay-mount-request-1"
+
+// Request limits: a request's size, and its number of arguments.
+const (
+	maxRequest = 1 << 20
+	maxArgs    = 4096
+)
+
+// Encode is the request on the wire: fields, each ended by a NUL, so
+// that paths go byte for byte: RequestMagic; "warn" or ""; the working
+// directory; the number of arguments, in decimal; the arguments.
+func (r Request) Encode() []byte {
+	warn := ""
+	if r.Warn {
+		warn = "warn"
+	}
+	fields := append([]string{RequestMagic, warn, r.Cwd, strconv.Itoa(len(r.Args))}, r.Args...)
+	var b bytes.Buffer
+	for _, f := range fields {
+		b.WriteString(f)
+		b.WriteByte(0)
+	}
+	return b.Bytes()
+}
+
+// ReadRequest reads one request (Encode) from r, which the command leaves
+// open for the report.
+func ReadRequest(r io.Reader) (Request, error) {
+	br := bufio.NewReader(io.LimitReader(r, maxRequest))
+	field := func() (string, error) {
+		s, err := br.ReadString(0)
+		if errors.Is(err, io.EOF) {
+			return "", errors.New("the request ends early")
+		}
+		return strings.TrimSuffix(s, "\x00"), err
+	}
+	var req Request
+	// The magic byte by byte: what is not a request fails at its first
+	// byte that differs, not when the command gives up.
+	for i := 0; i <= len(RequestMagic); i++ {
+		b, err := br.ReadByte()
+		if err != nil {
+			return req, errors.New("the request ends early")
+		}
+		if i < len(RequestMagic) && b != RequestMagic[i] || i == len(RequestMagic) && b != 0 {
+			return req, errors.New("the request is not one this goverlay reads (goverlay-mount and goverlay from different builds?)")
+		}
+	}
+	warn, err := field()
+	if err != nil {
+		return req, err
+	}
+	req.Warn = warn == "warn"
+	if req.Cwd, err = field(); err != nil {
+		return req, err
+	}
+	count, err := field()
+	if err != nil {
+		return req, err
+	}
+	n, err := strconv.Atoi(count)
+	if err != nil || n < 0 || n > maxArgs {
+		return req, fmt.Errorf("the request's argument count %q is not a number up to %d", count, maxArgs)
+	}
+	req.Args = make([]string, n)
+	for i := range req.Args {
+		if req.Args[i], err = field(); err != nil {
+			return req, err
+		}
+	}
+	return req, nil
 }
 
 // Name names the server of the goverlay binary exe in this process's
@@ -79,7 +154,7 @@ func Connect(dir *os.File, name string) (*os.File, error) {
 // ("ok\n", or "fail CODE\nMESSAGE"). ok is false when the answer is not
 // a report (the server ended first).
 func Ask(conn io.ReadWriter, req Request) (warnings []string, code int, text string, ok bool, err error) {
-	if err := json.NewEncoder(conn).Encode(req); err != nil {
+	if _, err := conn.Write(req.Encode()); err != nil {
 		return nil, 0, "", false, err
 	}
 	msg, _ := io.ReadAll(io.LimitReader(conn, 64<<10))
