@@ -317,9 +317,15 @@ func readFile(ctx context.Context, path string, buf []byte) (int64, error) {
 	}
 }
 
+// hostIdle is how long host-pss lets the mounts idle before it reads the
+// daemons' memory: idle mounts, as a host's are between its containers'
+// starts, whose daemons have had the time to settle (a shared server
+// returns its free memory half a second after the last mount).
+const hostIdle = time.Second
+
 // hostPSS mounts n instances, has each read a small file and write one,
-// as a container does when it starts, and returns the daemons' summed
-// proportional set size in MiB. A page that k processes map counts 1/k
+// as a container does when it starts, lets them idle for hostIdle, and
+// returns the daemons' summed proportional set size in MiB. A page that k processes map counts 1/k
 // to each (smaps_account()), so the sum counts the pages the daemons
 // share (their binary's text, the libraries) once and each one's own
 // memory in full: what the N daemons cost the host together. Processes
@@ -335,6 +341,11 @@ func (b *bencher) hostPSS(ctx context.Context, inst *instance, workload string, 
 			if err := os.WriteFile(filepath.Join(in.root, hostWritten), []byte(fmt.Sprintf("container%d\n", i)), 0o644); err != nil {
 				return 0, err
 			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(hostIdle):
 		}
 		var total int64
 		counted := map[int]bool{} // a shared server counts once
