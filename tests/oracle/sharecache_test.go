@@ -184,6 +184,8 @@ func TestShareCacheCopyUp(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			if c.shared {
 				testutil.SkipIfMasked(t, "passthrough", "sharecache=on")
+			} else {
+				testutil.SkipIfOptions(t, "this case")
 			}
 			gs := newWStack(t, sc)
 			extra := append(goverlayWriteOpts(false), c.opts...)
@@ -223,6 +225,8 @@ func TestShareCachePages(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			if c.opts != nil {
 				testutil.SkipIfMasked(t, "passthrough", "sharecache=on")
+			} else {
+				testutil.SkipIfOptions(t, "this case")
 			}
 			gs := newWStack(t, sc)
 			g := testutil.Mount(t, testutil.Options{Lower: []string{gs.lower}, Upper: gs.upper, Work: gs.work, Extra: c.opts})

@@ -94,6 +94,15 @@ func SkipIfMasked(t testing.TB, feature, what string) {
 // under an option that is not the default.
 const OptionsEnv = "GOVERLAY_TEST_OPTIONS"
 
+// SkipIfOptions skips a test of goverlay's defaults when
+// GOVERLAY_TEST_OPTIONS sets options, which every mount gets.
+func SkipIfOptions(t testing.TB, what string) {
+	t.Helper()
+	if v := os.Getenv(OptionsEnv); v != "" {
+		t.Skipf("%s=%s: every mount gets it, and %s is of goverlay without it", OptionsEnv, v, what)
+	}
+}
+
 // OptionsArgs are the arguments of GOVERLAY_TEST_OPTIONS: none when it is
 // not set.
 func OptionsArgs() []string {
