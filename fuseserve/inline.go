@@ -85,13 +85,17 @@ type inlineBufs struct{ in, out []byte }
 
 // stallTick is the watchdog's period: a request served longer than two
 // ticks has the reading handed to a new goroutine. Each tick wakes a
-// thread, while requests come; at 1 ms the ticks doubled the daemon's CPU
-// on a loop of execs, which sends a request every 2.5 ms.
-const stallTick = 5 * time.Millisecond
+// thread, while requests come: on a loop of execs, which sends a request
+// every 2.5–4 ms, 5 ms ticks were 40% of the daemon's CPU, and 1 ms ticks
+// doubled it. A request that waits for another one says so
+// (Server.WillWait) and hands off at once; the watchdog is for the slow
+// ones nobody foresaw (a large copy-up), which hold the mount's other
+// requests back for 20–40 ms.
+const stallTick = 20 * time.Millisecond
 
 // watchIdleTicks is how many ticks without a request the watchdog waits
 // before it sleeps until the next one.
-const watchIdleTicks = 20
+const watchIdleTicks = 5
 
 // Opcodes of requests that hand the reading off before they are served
 // (include/uapi/linux/fuse.h).

@@ -3,6 +3,7 @@ package fuseserve
 import (
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,11 +23,17 @@ type waiting struct {
 	lookup, fsync bool
 	// saw records whether the blocked request saw "go" arrive.
 	saw chan bool
+	// before, when set, is called by the blocked request before it
+	// waits.
+	before func()
 }
 
 const deadlockWait = 20 * time.Second
 
 func (w *waiting) block() {
+	if w.before != nil {
+		w.before()
+	}
 	close(w.entered)
 	select {
 	case <-w.arrived:
@@ -101,6 +108,30 @@ func TestInlineWatchdog(t *testing.T) {
 	if s.inline.handoffs.Load() == before {
 		t.Errorf("no reader was started for the blocked LOOKUP")
 	}
+}
+
+// TestWillWait: a request whose handler says it will wait
+// (Server.WillWait) gets the later request it waits for read, without the
+// watchdog (whose tick is here an hour).
+func TestWillWait(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "wait"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The handler finds the server through an atomic: the race
+	// detector cannot see that the request follows the mount.
+	var srv atomic.Pointer[Server]
+	w := &waiting{arrived: make(chan struct{}), entered: make(chan struct{}), saw: make(chan bool, 1), lookup: true,
+		before: func() { srv.Load().WillWait() }}
+	mnt, s := mountLoopback(t, dir, Options{stallTick: time.Hour}, func(raw fuse.RawFileSystem) fuse.RawFileSystem {
+		w.RawFileSystem = raw
+		return w
+	})
+	srv.Store(s)
+	waitFor(t, mnt, w, func() error {
+		_, err := os.Lstat(filepath.Join(mnt, "wait"))
+		return err
+	})
 }
 
 // TestInlineHandsOff: an FSYNC hands the reading off before it is served,

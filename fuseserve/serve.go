@@ -205,6 +205,17 @@ func (s *Server) serve(h *handler, m *fuse.MountOptions, gofd int, o Options, lo
 	}()
 }
 
+// WillWait is called by a request's handler before it waits for
+// another request (the RELEASE of a file it needs closed) or for a
+// notification the kernel may hold up behind one: another reader then
+// reads /dev/fuse at once, rather than after the watchdog's ticks
+// (inline.go). Over io_uring the queues' other threads read.
+func (s *Server) WillWait() {
+	if s.inline != nil {
+		s.inline.handoff(s.inline.current.Load())
+	}
+}
+
 // Transport says how requests reach the filesystem: over io_uring, or
 // through /dev/fuse and why.
 func (s *Server) Transport() string {

@@ -193,6 +193,9 @@ type FS struct {
 	root *node
 	// srv serves the mount's requests (fuseserve), once mounted.
 	srv *fuseserve.Server
+	// served is srv for the request handlers, which may run before
+	// Mount has set srv (willWait).
+	served atomic.Pointer[fuseserve.Server]
 	// upperFiles maps upper files to their nodes (links.go).
 	upperFiles upperFiles
 	// fds bounds the open files nodes keep for requests on files
@@ -344,6 +347,14 @@ func (f *FS) Close() {
 	}
 }
 
+// willWait tells the transport that the request being served is about
+// to wait for another request (fuseserve.Server.WillWait).
+func (f *FS) willWait() {
+	if srv := f.served.Load(); srv != nil {
+		srv.WillWait()
+	}
+}
+
 // ReadOnly reports whether the mount has no upper layer.
 func (f *FS) ReadOnly() bool { return f.upper == nil }
 
@@ -372,6 +383,7 @@ func (f *FS) Mount(mountpoint string) (*Server, error) {
 		return nil, err
 	}
 	f.srv = srv
+	f.served.Store(srv)
 	f.initIn.Store(f.kernelInit(srv.Server))
 	f.kernelMinor.Store(srv.KernelSettings().Minor)
 	f.granted(srv.Server)

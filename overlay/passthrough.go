@@ -200,6 +200,8 @@ func (n *node) dataChangeStart() (done func(), err error) {
 			t := time.NewTimer(releaseGrace)
 			defer t.Stop()
 			timeout = t.C
+			// The RELEASE may be the next request.
+			n.ofs.willWait()
 		}
 		// Not the request's interruption: the kernel interrupts it
 		// for any signal, one the caller restarts the call for

@@ -259,6 +259,7 @@ func (n *node) wbReset() {
 // entry now (bounded by wbEntryWait), so that the last close evicts the
 // inode.
 func (n *node) dropUnwritten() {
+	n.ofs.willWait()
 	done := make(chan struct{})
 	go n.ofs.guard.guarded("the notification of an unwritten file", func() {
 		defer close(done)
