@@ -51,9 +51,10 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/goverlay/goverlay/overlay/rundir"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/goverlay/goverlay/overlay/rundir"
 )
 
 // WritebackMode is the -o writeback= setting.

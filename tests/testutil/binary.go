@@ -29,7 +29,6 @@ var (
 	helpText string
 
 	mountOnce sync.Once
-	mountBin  string
 	mountErr  string
 )
 
